@@ -1,0 +1,54 @@
+"""Model shape, read once from a transformers config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Llama-family decoder. Built from a transformers config; never mutated."""
+
+    name: str
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position: int
+    tie_word_embeddings: bool
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    @classmethod
+    def from_hf(cls, hf: Any, name: str = "") -> ModelConfig:
+        rope = getattr(hf, "rope_parameters", None) or {}
+        rope_type = rope.get("rope_type", "default")
+        if rope_type != "default":
+            raise ValueError(f"rope type {rope_type!r} is not supported (only 'default')")
+        theta = rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        eos = hf.eos_token_id[0] if isinstance(hf.eos_token_id, list) else hf.eos_token_id
+        return cls(
+            name=name or getattr(hf, "_name_or_path", "") or hf.model_type,
+            architecture=hf.model_type,
+            vocab_size=hf.vocab_size,
+            hidden_size=hf.hidden_size,
+            intermediate_size=hf.intermediate_size,
+            num_layers=hf.num_hidden_layers,
+            num_heads=hf.num_attention_heads,
+            num_kv_heads=hf.num_key_value_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(hf.rms_norm_eps),
+            rope_theta=float(theta),
+            max_position=hf.max_position_embeddings,
+            tie_word_embeddings=bool(hf.tie_word_embeddings),
+            bos_token_id=hf.bos_token_id,
+            eos_token_id=eos,
+        )

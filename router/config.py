@@ -1,0 +1,28 @@
+"""The router's configuration: built once from the command line, never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    model_path: Path  # for the tokenizer and chat template
+    target_address: str
+    host: str = "127.0.0.1"
+    port: int = 50051
+    max_queue: int = 1024  # waiting requests beyond this get RESOURCE_EXHAUSTED
+    max_running: int = 64  # requests in the running batch
+    max_step_tokens: int = 512  # tokens per target step; long prompts prefill in chunks
+    default_max_new_tokens: int = 256
+    max_new_tokens_limit: int = 4096
+    reserve_block: int = 16  # slots reserved ahead per allocation, amortising allocator calls
+    rpc_timeout_s: float = 120.0  # deadline of every call to a model service
+    connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
+
+    def __post_init__(self) -> None:
+        for name in ("max_queue", "max_running", "max_step_tokens", "default_max_new_tokens",
+                     "max_new_tokens_limit", "reserve_block"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")

@@ -1,0 +1,68 @@
+"""A request's state inside the router, from admission to its last stream item."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """Validated sampling and stopping parameters (defaults already applied)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+
+
+@dataclass(eq=False)
+class Request:
+    """Router-side state. Only the scheduler's task mutates it (single asyncio thread).
+
+    KV bookkeeping: ``slots[i]`` is the target slot of context position i. The first
+    ``cached_len`` come from the radix cache (pinned by ``match_node``); the rest were
+    allocated for this request. The target has computed KV for positions < ``num_computed``
+    and knows the slots < ``num_sent_slots``.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    options: SamplingOptions
+    speculate: bool | None = None
+    arrival: float = field(default_factory=time.perf_counter)
+    match_node: Any = None
+    cached_len: int = 0
+    slots: list[int] = field(default_factory=list)
+    num_sent_slots: int = 0
+    num_computed: int = 0
+    claim: int = 0  # slots this request may still allocate; reserved in the admission budget
+    output_ids: list[int] = field(default_factory=list)
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    abort_requested: bool = False
+    finished: bool = False
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed < self.prompt_len
+
+    @property
+    def max_context_needed(self) -> int:
+        """Positions that may ever need KV: the last sampled token never does."""
+        return self.prompt_len + self.options.max_new_tokens - 1

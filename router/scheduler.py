@@ -1,0 +1,196 @@
+"""Continuous batching: requests join and leave the running batch at every step.
+
+One asyncio task runs the loop ``admit -> schedule -> forward -> commit``. Every mutation of
+request state happens on that task, between awaits, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import grpc
+
+from protos import generation_pb2 as pb
+from protos import target_pb2
+from router.config import RouterConfig
+from router.errors import DuplicateRequest, Overloaded, ServiceFailure
+from router.kv_manager import KVManager
+from router.output import Committed, OutputStream
+from router.request import Request
+from router.stats import ServerCounters
+from router.target_client import TargetClient
+from router.tokenizer import Tokenizer
+
+log = logging.getLogger("splitspec.router")
+
+
+@dataclass
+class Planned:
+    """One request's share of a step."""
+
+    req: Request
+    num_tokens: int
+    sample: bool
+
+
+class Scheduler:
+    def __init__(self, config: RouterConfig, tokenizer: Tokenizer, target: TargetClient,
+                 kv: KVManager) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.target = target
+        self.kv = kv
+        self.counters = ServerCounters()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.in_flight: dict[str, Request] = {}
+        self.outputs: dict[str, OutputStream] = {}
+        self._wakeup = asyncio.Event()
+
+    # ---- called by the servicer ---------------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        if req.request_id in self.in_flight:
+            raise DuplicateRequest(f"request id {req.request_id!r} is already in flight")
+        if len(self.waiting) >= self.config.max_queue:
+            raise Overloaded(f"admission queue is full ({self.config.max_queue} waiting)")
+        self.in_flight[req.request_id] = req
+        self.outputs[req.request_id] = OutputStream(self.tokenizer, req.options)
+        self.waiting.append(req)
+        self._wakeup.set()
+
+    def abort(self, request_id: str) -> bool:
+        req = self.in_flight.get(request_id)
+        if req is None:
+            return False
+        req.abort_requested = True
+        self._wakeup.set()
+        return True
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._drop_aborted()
+            self._admit()
+            if not self.running:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self.step()
+
+    async def step(self) -> None:
+        plan = self._schedule()
+        try:
+            reply = await self.target.forward([self._forward_item(p) for p in plan])
+        except grpc.aio.AioRpcError as err:
+            await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
+            return
+        await self._commit(plan, list(reply.next_token_ids))
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.config.max_running:
+            if not self.kv.try_admit(self.waiting[0]):
+                break  # FIFO: the head waits for slots; later requests do not overtake it
+            self.running.append(self.waiting.popleft())
+
+    def _schedule(self) -> list[Planned]:
+        """Every decoding request gets one token; prefills share what is left, in order."""
+        plan = [Planned(r, 1, True) for r in self.running if not r.is_prefilling]
+        budget = self.config.max_step_tokens - len(plan)
+        for req in self.running:
+            if req.is_prefilling and budget > 0:
+                n = min(req.prompt_len - req.num_computed, budget)
+                plan.append(Planned(req, n, req.num_computed + n == req.prompt_len))
+                budget -= n
+        now = time.perf_counter()
+        for p in plan:
+            p.req.first_scheduled = p.req.first_scheduled or now
+        return plan
+
+    def _forward_item(self, p: Planned) -> target_pb2.ForwardItem:
+        req = p.req
+        start = req.num_computed
+        self.kv.ensure_slots(req, start + p.num_tokens)
+        tokens = req.context_ids[start : start + p.num_tokens]
+        item = target_pb2.ForwardItem(
+            request_id=req.request_id, token_ids=tokens, start_pos=start,
+            new_slots=req.slots[req.num_sent_slots :], sample=p.sample,
+        )
+        if req.num_sent_slots == 0:
+            o = req.options
+            item.sampling.CopyFrom(target_pb2.SamplingConfig(
+                temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed))
+        req.num_sent_slots = len(req.slots)
+        return item
+
+    async def _commit(self, plan: list[Planned], next_ids: list[int]) -> None:
+        sampled = iter(next_ids)
+        done: list[Request] = []
+        for p in plan:
+            p.req.num_computed += p.num_tokens
+            if p.sample:
+                if self._emit(p.req, self.outputs[p.req.request_id].commit([next(sampled)])):
+                    done.append(p.req)
+        await self._finish(done)
+
+    def _emit(self, req: Request, committed: Committed) -> bool:
+        """Streams a committed block; returns True when it ends the request."""
+        req.first_token = req.first_token or time.perf_counter()
+        req.output_ids += committed.token_ids
+        item = pb.GenerateResponse(request_id=req.request_id, token_ids=committed.token_ids,
+                                   text=committed.text)
+        if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
+        req.outbox.put_nowait(item)
+        return committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED
+
+    def _fill_final(self, item: pb.GenerateResponse, req: Request, reason: int, matched: str) -> None:
+        now = time.perf_counter()
+        item.finish_reason = reason
+        item.matched_stop = matched
+        item.usage.CopyFrom(pb.Usage(prompt_tokens=req.prompt_len,
+                                     completion_tokens=len(req.output_ids),
+                                     cached_tokens=req.cached_len))
+        started = req.first_scheduled or now
+        item.timings.CopyFrom(pb.Timings(
+            queue_ms=(started - req.arrival) * 1e3,
+            time_to_first_token_ms=((req.first_token or now) - req.arrival) * 1e3,
+            total_ms=(now - req.arrival) * 1e3))
+        self.counters.record_finish(len(req.output_ids))
+
+    # ---- endings ------------------------------------------------------------------------------
+
+    async def _drop_aborted(self) -> None:
+        aborted = [r for r in self.in_flight.values() if r.abort_requested and not r.finished]
+        for req in aborted:
+            item = pb.GenerateResponse(request_id=req.request_id)
+            self._fill_final(item, req, pb.FINISH_REASON_ABORT, "")
+            req.outbox.put_nowait(item)
+        await self._finish(aborted)
+
+    async def _finish(self, reqs: list[Request], cache: bool = True) -> None:
+        for req in reqs:
+            req.finished = True
+            self.kv.finish(req, cache=cache)
+            self.in_flight.pop(req.request_id, None)
+            self.outputs.pop(req.request_id, None)
+        gone = {id(r) for r in reqs}
+        self.running = [r for r in self.running if id(r) not in gone]
+        self.waiting = deque(r for r in self.waiting if id(r) not in gone)
+        started = [r.request_id for r in reqs if r.num_sent_slots]
+        try:
+            await self.target.release(started)
+        except grpc.aio.AioRpcError as err:
+            log.warning("target release failed for %d requests: %s", len(started), err.code().name)
+
+    async def _fail(self, plan: list[Planned], message: str) -> None:
+        log.error("%s; failing %d requests", message, len(plan))
+        for p in plan:
+            p.req.outbox.put_nowait(ServiceFailure(message))
+        # KV written by a failed step is not trusted: nothing of these requests is cached.
+        await self._finish([p.req for p in plan], cache=False)

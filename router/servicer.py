@@ -1,0 +1,77 @@
+"""The public Generation service: validate, submit to the scheduler, stream its items."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+
+from protos import generation_pb2 as pb
+from protos import generation_pb2_grpc
+from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
+from router.request import Request
+from router.scheduler import Scheduler
+from router.validation import Limits, prompt_ids, sampling_options
+
+_STATUS = {
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DuplicateRequest: grpc.StatusCode.ALREADY_EXISTS,
+    ServiceFailure: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+class GenerationServicer(generation_pb2_grpc.GenerationServicer):
+    def __init__(self, scheduler: Scheduler, limits: Limits, model_info: pb.ModelInfo) -> None:
+        self.scheduler = scheduler
+        self.limits = limits
+        self.model_info = model_info
+
+    async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
+        try:
+            req = self._build(request)
+            self.scheduler.submit(req)
+        except (InvalidRequest, Overloaded, DuplicateRequest) as err:
+            await context.abort(_STATUS[type(err)], str(err))
+        try:
+            while True:
+                item = await req.outbox.get()
+                if isinstance(item, Exception):
+                    await context.abort(_STATUS.get(type(item), grpc.StatusCode.INTERNAL), str(item))
+                yield item
+                if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+                    return
+        except asyncio.CancelledError:
+            # The client went away: give every slot back.
+            self.scheduler.abort(req.request_id)
+            raise
+
+    async def Abort(self, request, context):  # noqa: N802
+        return pb.AbortResponse(found=self.scheduler.abort(request.request_id))
+
+    async def GetModelInfo(self, request, context):  # noqa: N802
+        return self.model_info
+
+    async def GetServerStatus(self, request, context):  # noqa: N802
+        s, kv = self.scheduler, self.scheduler.kv
+        return pb.ServerStatus(
+            num_running=len(s.running), num_waiting=len(s.waiting),
+            num_total_slots=kv.num_total, num_free_slots=kv.num_free,
+            num_cached_tokens=kv.cache.num_cached_tokens,
+            num_finished_requests=s.counters.num_finished,
+            num_generated_tokens=s.counters.num_generated_tokens,
+            uptime_s=s.counters.uptime_s,
+        )
+
+    def _build(self, request: pb.GenerateRequest) -> Request:
+        ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
+        options = sampling_options(request, len(ids), self.limits)
+        needed = self.scheduler.kv.slots_needed(len(ids), options.max_new_tokens)
+        if needed > self.scheduler.kv.num_total:
+            raise InvalidRequest(
+                f"request needs {needed} KV slots but the pool holds {self.scheduler.kv.num_total}; "
+                "shorten the prompt or max_new_tokens"
+            )
+        speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None
+        return Request(request.request_id or uuid.uuid4().hex, ids, options, speculate)

@@ -1,0 +1,95 @@
+"""Turns a public GenerateRequest into prompt ids and SamplingOptions, or says what is wrong."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+
+from protos import generation_pb2
+from router.errors import InvalidRequest
+from router.request import SamplingOptions
+from router.tokenizer import Tokenizer
+
+MAX_STOP_STRINGS = 16
+
+
+@dataclass(frozen=True)
+class Limits:
+    vocab_size: int
+    max_context: int  # longest prompt + completion the target accepts
+    max_new_tokens_limit: int
+    default_max_new_tokens: int
+
+
+def prompt_ids(request: generation_pb2.GenerateRequest, tokenizer: Tokenizer, limits: Limits) -> list[int]:
+    kind = request.WhichOneof("input")
+    if kind is None:
+        raise InvalidRequest("input is empty: set one of text, messages or input_ids")
+    if kind == "text":
+        ids = tokenizer.encode(request.text) if request.text else []
+    elif kind == "messages":
+        ids = _chat_ids(request, tokenizer)
+    else:
+        ids = list(request.input_ids.ids)
+        bad = [i for i in ids if not 0 <= i < limits.vocab_size]
+        if bad:
+            raise InvalidRequest(f"input_ids out of vocabulary [0, {limits.vocab_size}): {bad[:8]}")
+    if not ids:
+        raise InvalidRequest(f"input is empty: {kind} gives no tokens")
+    if len(ids) >= limits.max_context:
+        raise InvalidRequest(
+            f"prompt has {len(ids)} tokens; the context holds {limits.max_context} "
+            "(prompt plus at least one new token)"
+        )
+    return ids
+
+
+def _chat_ids(request: generation_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[int]:
+    messages = [{"role": m.role, "content": m.content} for m in request.messages.items]
+    if not messages:
+        raise InvalidRequest("messages is empty")
+    try:
+        return tokenizer.apply_chat_template(messages)
+    except ValueError as err:
+        raise InvalidRequest(str(err)) from err
+
+
+def sampling_options(
+    request: generation_pb2.GenerateRequest, prompt_len: int, limits: Limits
+) -> SamplingOptions:
+    s = request.sampling
+    max_new = _max_new_tokens(s, prompt_len, limits)
+    temperature = s.temperature if s.HasField("temperature") else 1.0
+    top_p = s.top_p if s.HasField("top_p") else 1.0
+    top_k = s.top_k if s.HasField("top_k") else 0
+    if not math.isfinite(temperature) or temperature < 0:
+        raise InvalidRequest(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not (0 < top_p <= 1):
+        raise InvalidRequest(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise InvalidRequest(f"top_k must be >= 0 (0 is off), got {top_k}")
+    stop_ids = frozenset(s.stop_token_ids)
+    bad = [i for i in stop_ids if not 0 <= i < limits.vocab_size]
+    if bad:
+        raise InvalidRequest(f"stop_token_ids out of vocabulary [0, {limits.vocab_size}): {bad[:8]}")
+    if len(s.stop) > MAX_STOP_STRINGS or any(not x for x in s.stop):
+        raise InvalidRequest(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
+    seed = s.seed if s.HasField("seed") else secrets.randbits(63)
+    return SamplingOptions(max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids,
+                           s.ignore_eos)
+
+
+def _max_new_tokens(s: generation_pb2.SamplingParams, prompt_len: int, limits: Limits) -> int:
+    room = limits.max_context - prompt_len
+    if not s.HasField("max_new_tokens"):
+        return min(limits.default_max_new_tokens, limits.max_new_tokens_limit, room)
+    value = s.max_new_tokens
+    if value == 0:
+        raise InvalidRequest("max_new_tokens must be at least 1")
+    if value > limits.max_new_tokens_limit:
+        raise InvalidRequest(
+            f"max_new_tokens {value} exceeds the server limit {limits.max_new_tokens_limit}"
+        )
+    # A completion never runs past the context: it ends with finish_reason LENGTH there.
+    return min(value, room)

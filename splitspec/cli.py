@@ -1,0 +1,108 @@
+"""The `splitspec` command: serve the whole stack, run one service, or generate."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from splitspec.client import build_request, print_generation
+    from splitspec.launcher import LocalStack
+
+    target_args = ["--device", args.device, "--dtype", args.dtype, "--num-slots", str(args.num_slots)]
+    if args.model:
+        target_args += ["--model", str(args.model)]
+    router_args = ["--model", str(args.model)] if args.model else []
+    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
+    stack = LocalStack(target_args, router_args, log_dir=log_dir)
+    print(f"starting target and router (logs in {log_dir}); the first start converts the model once",
+          flush=True)
+    stack.start(timeout_s=args.start_timeout)
+    try:
+        print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
+        print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}", flush=True)
+        if args.demo:
+            print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
+            print_generation(stack.router_address,
+                             build_request(args.demo_prompt, True, args.demo_tokens, 0.0))
+        if args.exit_after_demo:
+            return 0
+        print("\nserving; Ctrl-C stops every service", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    finally:
+        stack.stop()
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from splitspec.client import build_request, print_generation
+
+    speculate = None if args.speculate is None else args.speculate == "on"
+    request = build_request(args.prompt, not args.raw, args.max_new_tokens, args.temperature,
+                            args.seed, speculate)
+    print_generation(args.address, request)
+    return 0
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="start router + target locally and wait")
+    p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--num-slots", type=int, default=32768)
+    p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
+    p.add_argument("--demo-prompt", default=DEMO_PROMPT)
+    p.add_argument("--demo-tokens", type=int, default=96)
+    p.add_argument("--exit-after-demo", action="store_true")
+    p.add_argument("--start-timeout", type=float, default=900.0)
+    p.set_defaults(func=_serve)
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="stream a completion from a running router")
+    p.add_argument("prompt")
+    p.add_argument("--address", default="127.0.0.1:50051")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--raw", action="store_true", help="send the prompt as text, no chat template")
+    p.add_argument("--speculate", choices=["on", "off"], default=None)
+    p.set_defaults(func=_generate)
+
+
+def _add_service(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda a: _run_service(name, a.rest))
+
+
+def _run_service(name: str, rest: list[str]) -> int:
+    if name == "target":
+        from target_service.server import main as service_main
+    else:
+        from router.server import main as service_main
+    service_main(rest)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="splitspec", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_generate(sub)
+    _add_service(sub, "router", "run the router alone (see `splitspec router --help`)")
+    _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""A small client of the public API: streams one generation and measures it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import grpc
+
+from protos import generation_pb2 as pb
+from protos import generation_pb2_grpc
+from splitspec.grpc_util import CHANNEL_OPTIONS
+
+
+@dataclass
+class GenerationResult:
+    request_id: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    final: pb.GenerateResponse | None = None
+    seconds: float = 0.0
+    num_items: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        f = self.final
+        line = (f"{len(self.token_ids)} tokens in {self.seconds:.2f} s = {self.tokens_per_s:.1f} tok/s"
+                f" | {self.num_items} stream items")
+        if f is None:
+            return line
+        line += (f" | finish {pb.FinishReason.Name(f.finish_reason).removeprefix('FINISH_REASON_').lower()}"
+                 f" | TTFT {f.timings.time_to_first_token_ms:.0f} ms"
+                 f" | prompt {f.usage.prompt_tokens} (cached {f.usage.cached_tokens})")
+        s = f.speculation
+        if s.verify_steps:
+            line += (f" | acceptance {s.mean_acceptance_length:.2f} tokens/step "
+                     f"({s.accepted_tokens}/{s.draft_tokens} drafts accepted)")
+        return line
+
+
+class Client:
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = generation_pb2_grpc.GenerationStub(self.channel)
+
+    def stream(self, request: pb.GenerateRequest, timeout_s: float = 600.0) -> Iterator[pb.GenerateResponse]:
+        yield from self.stub.Generate(request, timeout=timeout_s)
+
+    def generate(self, request: pb.GenerateRequest, echo: TextIO | None = None,
+                 timeout_s: float = 600.0) -> GenerationResult:
+        result = GenerationResult()
+        started = time.perf_counter()
+        for item in self.stream(request, timeout_s):
+            result.request_id = item.request_id
+            result.num_items += 1
+            result.token_ids += item.token_ids
+            result.text += item.text
+            if echo is not None and item.text:
+                echo.write(item.text)
+                echo.flush()
+            if item.finish_reason:
+                result.final = item
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_request(prompt: str, chat: bool, max_new_tokens: int, temperature: float,
+                  seed: int | None = None, speculate: bool | None = None) -> pb.GenerateRequest:
+    req = pb.GenerateRequest()
+    if chat:
+        req.messages.items.add(role="user", content=prompt)
+    else:
+        req.text = prompt
+    req.sampling.max_new_tokens = max_new_tokens
+    req.sampling.temperature = temperature
+    if seed is not None:
+        req.sampling.seed = seed
+    if speculate is not None:
+        req.speculation.enabled = speculate
+    return req
+
+
+def print_generation(address: str, request: pb.GenerateRequest, out: TextIO = sys.stdout) -> GenerationResult:
+    with Client(address) as client:
+        result = client.generate(request, echo=out)
+    out.write("\n\n" + result.summary() + "\n")
+    return result

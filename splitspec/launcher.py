@@ -1,0 +1,135 @@
+"""Starts the services as local processes and stops them again (used by `serve` and tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from splitspec.grpc_util import wait_healthy
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Linux: a child gets SIGTERM when the launcher dies, so no service outlives a crashed test.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    command: list[str]
+    address: str
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        out = None
+        if self.log_path is not None:
+            self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+            out = self._log
+        self.process = subprocess.Popen(
+            self.command, stdout=out, stderr=subprocess.STDOUT if out else None,
+            preexec_fn=_die_with_parent,
+        )
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
+                                   f"{self._log_hint()}")
+            if wait_healthy(self.address, timeout_s=1.0):
+                return
+        raise TimeoutError(f"{self.name} not healthy at {self.address} after {timeout_s:.0f} s"
+                           f"{self._log_hint()}")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed pod would die."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def _log_hint(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        return f"; log {self.log_path} ends with:\n{tail}"
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+class LocalStack:
+    """A router, a target and optional draft replicas on 127.0.0.1, started in order."""
+
+    def __init__(self, target_args: list[str], router_args: list[str], log_dir: Path | None = None,
+                 host: str = "127.0.0.1") -> None:
+        self.host = host
+        target_port, router_port = free_port(host), free_port(host)
+        self.target_address = f"{host}:{target_port}"
+        self.router_address = f"{host}:{router_port}"
+        self.log_dir = log_dir
+        self.target = ServiceProcess(
+            "target", python_module("target_service", "--host", host, "--port", str(target_port),
+                                    *target_args), self.target_address, self._log("target"))
+        self.router = ServiceProcess(
+            "router", python_module("router", "--host", host, "--port", str(router_port),
+                                    "--target", self.target_address, *router_args),
+            self.router_address, self._log("router"))
+
+    def _log(self, name: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{name}.log"
+
+    def services(self) -> list[ServiceProcess]:
+        return [self.target, self.router]
+
+    def start(self, timeout_s: float = 600.0) -> LocalStack:
+        try:
+            for service in self.services():
+                service.start()
+            for service in self.services():
+                service.wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for service in reversed(self.services()):
+            service.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,32 @@
+"""The target service's configuration: built once from the command line, never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DTYPES = {"float32": "float32", "fp32": "float32", "float64": "float64", "fp64": "float64",
+          "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    model_path: Path
+    cache_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 50061
+    device: str = "cpu"
+    dtype: str = "float32"
+    num_slots: int = 32768  # KV pool size in tokens; the router assigns them
+    max_requests: int = 256  # requests with live state (slot table rows) at once
+    max_batch_tokens: int = 4096  # most tokens one Forward may carry
+    max_context: int = 8192  # longest context, capped by the model's positions
+    max_lookahead: int = 128  # slots a request may hold beyond its context (draft tree budget)
+    num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
+        for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")

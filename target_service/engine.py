@@ -1,0 +1,170 @@
+"""The target engine: one batched forward per step over prefill chunks and decode tokens."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from model_runtime.attention import build_metadata
+from model_runtime.llama import LlamaForCausalLM
+from model_runtime.pools import SlotPools
+from model_runtime.sampling import SamplingTensors, sample
+from target_service.config import TargetConfig
+from target_service.errors import InvalidStep, UnknownRequest
+from target_service.request_table import RequestState, RequestTable, SamplingSpec
+
+
+@dataclass
+class StepItem:
+    """One request's share of a step (decoded from a ForwardItem)."""
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    new_slots: list[int] = field(default_factory=list)
+    sample: bool = True
+    sampling: SamplingSpec | None = None
+
+
+@dataclass
+class StepResult:
+    next_token_ids: list[int]
+    forward_ms: float
+
+
+@dataclass
+class DeviceBatch:
+    """Host-built index tensors of a step, moved to the device in one go."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    rows: torch.Tensor  # [B] slot-table row of each request
+    token_rows: torch.Tensor  # [T] slot-table row of each token
+    start_pos: torch.Tensor  # [B]
+    num_new: torch.Tensor  # [B]
+    sample_index: torch.Tensor  # [R] token index whose logits are sampled
+    max_new: int
+    max_context: int
+
+
+class TargetEngine:
+    def __init__(self, config: TargetConfig, model: LlamaForCausalLM) -> None:
+        self.config = config
+        self.model = model
+        self.model_config = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.max_context = min(config.max_context, model.config.max_position)
+        self.pools = SlotPools(model.config, config.num_slots, self.dtype, self.device)
+        width = self.max_context + config.max_lookahead
+        self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
+
+    # ---- public API -------------------------------------------------------------------
+
+    def forward(self, items: list[StepItem]) -> StepResult:
+        started = time.perf_counter()
+        states = self._admit(items)
+        batch = self._device_batch(items, states)
+        with torch.inference_mode():
+            next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
+        return StepResult(next_ids, (time.perf_counter() - started) * 1e3)
+
+    def release(self, request_ids: list[str]) -> int:
+        return sum(self.table.release(rid) for rid in request_ids)
+
+    # ---- validation and bookkeeping ---------------------------------------------------
+
+    def _admit(self, items: list[StepItem]) -> list[RequestState]:
+        """Validates every item before touching any state, so a bad step changes nothing."""
+        self._check_step_shape(items)
+        found = [self.table.find(it.request_id) for it in items]
+        for item, state in zip(items, found, strict=True):
+            if state is None and item.sampling is None:
+                raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
+            self._check_item(item, state)
+        states = [
+            st if st is not None else self.table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
+            for it, st in zip(items, found, strict=True)
+        ]
+        self.table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
+        return states
+
+    def _check_step_shape(self, items: list[StepItem]) -> None:
+        if not items:
+            raise InvalidStep("a step needs at least one item")
+        ids = [it.request_id for it in items]
+        if len(set(ids)) != len(ids):
+            raise InvalidStep("a request may appear once per step")
+        total = sum(len(it.token_ids) for it in items)
+        if total > self.config.max_batch_tokens:
+            raise InvalidStep(f"{total} tokens exceed max_batch_tokens {self.config.max_batch_tokens}")
+
+    def _check_item(self, item: StepItem, state: RequestState | None) -> None:
+        if not item.token_ids:
+            raise InvalidStep(f"request {item.request_id!r}: no tokens to run")
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in item.token_ids):
+            raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
+        table_len = (state.table_len if state else 0) + len(item.new_slots)
+        end = item.start_pos + len(item.token_ids)
+        if item.start_pos < 0 or end > table_len:
+            raise InvalidStep(
+                f"request {item.request_id!r}: positions [{item.start_pos}, {end}) not covered "
+                f"by its {table_len} slots"
+            )
+        if end > self.max_context:
+            raise InvalidStep(f"request {item.request_id!r}: context {end} > {self.max_context}")
+        probe = state or RequestState(0, 0, item.sampling)  # type: ignore[arg-type]
+        self.table.check_append(probe, item.new_slots)
+
+    # ---- the step -----------------------------------------------------------------------
+
+    def _device_batch(self, items: list[StepItem], states: list[RequestState]) -> DeviceBatch:
+        input_ids: list[int] = []
+        positions: list[int] = []
+        token_rows: list[int] = []
+        sample_index: list[int] = []
+        for item, state in zip(items, states, strict=True):
+            n = len(item.token_ids)
+            input_ids += item.token_ids
+            positions += range(item.start_pos, item.start_pos + n)
+            token_rows += [state.row] * n
+            if item.sample:
+                sample_index.append(len(input_ids) - 1)
+        starts = [it.start_pos for it in items]
+        num_new = [len(it.token_ids) for it in items]
+        as_tensor = self._host_tensors
+        return DeviceBatch(
+            *as_tensor(input_ids, positions, [s.row for s in states], token_rows, starts,
+                       num_new, sample_index),
+            max_new=max(num_new),
+            max_context=max(s + n for s, n in zip(starts, num_new, strict=True)),
+        )
+
+    def _host_tensors(self, *lists: list[int]) -> list[torch.Tensor]:
+        # One host->device copy for all index lists.
+        sizes = [len(x) for x in lists]
+        flat = torch.tensor([v for x in lists for v in x], dtype=torch.int64)
+        return list(flat.to(self.device, non_blocking=True).split(sizes))
+
+    def _run(self, batch: DeviceBatch, sampled: list[RequestState]) -> list[int]:
+        slots = self.table.slots
+        write_slots = slots[batch.token_rows, batch.positions]
+        key_slots = slots[batch.rows, : batch.max_context]
+        meta = build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
+        hidden = self.model(batch.input_ids, batch.positions, (self.pools.k, self.pools.v), meta)
+        self.pools.hidden.index_copy_(0, write_slots, hidden)
+        if not sampled:
+            return []
+        logits = self.model.logits(hidden[batch.sample_index])
+        params = self._sampling_tensors(sampled, batch.positions[batch.sample_index] + 1)
+        return sample(logits, params).tolist()  # the step's one device->host sync
+
+    def _sampling_tensors(self, states: list[RequestState], positions: torch.Tensor) -> SamplingTensors:
+        specs = [s.sampling for s in states]
+        floats = torch.tensor([[s.temperature, s.top_p] for s in specs], dtype=torch.float32)
+        ints = torch.tensor([[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64)
+        floats, ints = floats.to(self.device), ints.to(self.device)
+        return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)

