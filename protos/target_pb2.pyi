@@ -1,3 +1,4 @@
+from protos import tensor_pb2 as _tensor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -47,6 +48,66 @@ class ForwardResponse(_message.Message):
     next_token_ids: _containers.RepeatedScalarFieldContainer[int]
     forward_ms: float
     def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ...) -> None: ...
+
+class VerifyItem(_message.Message):
+    __slots__ = ("request_id", "start_pos", "token_ids", "parent_indices", "new_slots", "return_hidden")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    START_POS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_INDICES_FIELD_NUMBER: _ClassVar[int]
+    NEW_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    start_pos: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    parent_indices: _containers.RepeatedScalarFieldContainer[int]
+    new_slots: _containers.RepeatedScalarFieldContainer[int]
+    return_hidden: bool
+    def __init__(self, request_id: _Optional[str] = ..., start_pos: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., parent_indices: _Optional[_Iterable[int]] = ..., new_slots: _Optional[_Iterable[int]] = ..., return_hidden: _Optional[bool] = ...) -> None: ...
+
+class VerifyRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[VerifyItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[VerifyItem, _Mapping]]] = ...) -> None: ...
+
+class VerifyResult(_message.Message):
+    __slots__ = ("token_ids", "num_accepted", "hidden")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    num_accepted: int
+    hidden: _tensor_pb2.Tensor
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., hidden: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class VerifyResponse(_message.Message):
+    __slots__ = ("results", "forward_ms")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_MS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[VerifyResult]
+    forward_ms: float
+    def __init__(self, results: _Optional[_Iterable[_Union[VerifyResult, _Mapping]]] = ..., forward_ms: _Optional[float] = ...) -> None: ...
+
+class ReadHiddenRequest(_message.Message):
+    __slots__ = ("request_id", "start_pos", "end_pos", "rows_per_chunk")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    START_POS_FIELD_NUMBER: _ClassVar[int]
+    END_POS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    start_pos: int
+    end_pos: int
+    rows_per_chunk: int
+    def __init__(self, request_id: _Optional[str] = ..., start_pos: _Optional[int] = ..., end_pos: _Optional[int] = ..., rows_per_chunk: _Optional[int] = ...) -> None: ...
+
+class HiddenChunk(_message.Message):
+    __slots__ = ("start_pos", "hidden")
+    START_POS_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    start_pos: int
+    hidden: _tensor_pb2.Tensor
+    def __init__(self, start_pos: _Optional[int] = ..., hidden: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_ids",)

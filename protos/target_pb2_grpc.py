@@ -39,6 +39,16 @@ class TargetModelStub:
                 request_serializer=protos_dot_target__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=protos_dot_target__pb2.ForwardResponse.FromString,
                 _registered_method=True)
+        self.Verify = channel.unary_unary(
+                '/splitspec.target.v1.TargetModel/Verify',
+                request_serializer=protos_dot_target__pb2.VerifyRequest.SerializeToString,
+                response_deserializer=protos_dot_target__pb2.VerifyResponse.FromString,
+                _registered_method=True)
+        self.ReadHidden = channel.unary_stream(
+                '/splitspec.target.v1.TargetModel/ReadHidden',
+                request_serializer=protos_dot_target__pb2.ReadHiddenRequest.SerializeToString,
+                response_deserializer=protos_dot_target__pb2.HiddenChunk.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/splitspec.target.v1.TargetModel/Release',
                 request_serializer=protos_dot_target__pb2.ReleaseRequest.SerializeToString,
@@ -56,6 +66,22 @@ class TargetModelServicer:
 
     def Forward(self, request, context):
         """One batched forward over a mix of prefill chunks and decode tokens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Verify(self, request, context):
+        """Verifies draft trees in one forward pass: builds tree masks and positions on the device,
+        accepts the longest valid path (greedy or exact rejection sampling), compacts the
+        accepted path's KV and hidden rows into the committed positions, samples the bonus token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadHidden(self, request, context):
+        """Streams the hidden rows of a request's context positions, so a drafter can catch up.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -81,6 +107,16 @@ def add_TargetModelServicer_to_server(servicer, server):
                     servicer.Forward,
                     request_deserializer=protos_dot_target__pb2.ForwardRequest.FromString,
                     response_serializer=protos_dot_target__pb2.ForwardResponse.SerializeToString,
+            ),
+            'Verify': grpc.unary_unary_rpc_method_handler(
+                    servicer.Verify,
+                    request_deserializer=protos_dot_target__pb2.VerifyRequest.FromString,
+                    response_serializer=protos_dot_target__pb2.VerifyResponse.SerializeToString,
+            ),
+            'ReadHidden': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadHidden,
+                    request_deserializer=protos_dot_target__pb2.ReadHiddenRequest.FromString,
+                    response_serializer=protos_dot_target__pb2.HiddenChunk.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -120,6 +156,60 @@ class TargetModel:
             '/splitspec.target.v1.TargetModel/Forward',
             protos_dot_target__pb2.ForwardRequest.SerializeToString,
             protos_dot_target__pb2.ForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Verify(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/splitspec.target.v1.TargetModel/Verify',
+            protos_dot_target__pb2.VerifyRequest.SerializeToString,
+            protos_dot_target__pb2.VerifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadHidden(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/splitspec.target.v1.TargetModel/ReadHidden',
+            protos_dot_target__pb2.ReadHiddenRequest.SerializeToString,
+            protos_dot_target__pb2.HiddenChunk.FromString,
             options,
             channel_credentials,
             insecure,
