@@ -19,6 +19,10 @@ class RouterConfig:
     max_new_tokens_limit: int = 4096
     reserve_block: int = 16  # slots reserved ahead per allocation, amortising allocator calls
     rpc_timeout_s: float = 120.0  # deadline of every call to a model service
+    draft_addresses: tuple[str, ...] = ()  # draft replicas; none: target-only
+    speculate_by_default: bool = True  # requests may still switch it per call
+    max_tree_tokens: int = 64  # most nodes (root included) of a verified tree; slots reserved ahead
+    draft_timeout_s: float = 10.0  # deadline of drafter calls: a slow replica counts as lost
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
 
     def __post_init__(self) -> None:

@@ -62,7 +62,8 @@ class KVManager:
         """
         if req.match_node is None:
             return  # never admitted
-        keep = req.num_computed if cache else req.cached_len
+        # A stop inside an accepted block leaves computed KV past the kept tokens: not cached.
+        keep = min(req.num_computed, len(req.context_ids)) if cache else req.cached_len
         self.cache.insert(req.context_ids[:keep], req.slots[:keep])
         self.cache.allocator.free(req.slots[keep:])
         self.cache.unlock(req.match_node)

@@ -46,6 +46,15 @@ class Request:
     output_ids: list[int] = field(default_factory=list)
     first_scheduled: float | None = None
     first_token: float | None = None
+    # Speculation (see router/speculation.py): the replica this request sticks to, whether it
+    # holds the context up to the last committed token, and what to append on the next round.
+    replica: Any = None
+    draft_synced: bool = False
+    pending_update: Any = None
+    round: int = 0
+    verify_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
     abort_requested: bool = False
     finished: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)

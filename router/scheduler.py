@@ -21,7 +21,8 @@ from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.kv_manager import KVManager
 from router.output import Committed, OutputStream
 from router.request import Request
-from router.stats import ServerCounters
+from router.speculation import Speculation
+from router.stats import ServerCounters, speculation_stats
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 
@@ -35,15 +36,17 @@ class Planned:
     req: Request
     num_tokens: int
     sample: bool
+    prefill: bool = False
 
 
 class Scheduler:
     def __init__(self, config: RouterConfig, tokenizer: Tokenizer, target: TargetClient,
-                 kv: KVManager) -> None:
+                 kv: KVManager, spec: Speculation) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.target = target
         self.kv = kv
+        self.spec = spec
         self.counters = ServerCounters()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -85,12 +88,31 @@ class Scheduler:
 
     async def step(self) -> None:
         plan = self._schedule()
+        trees = await self._propose(plan)
+        plain = [p for p in plan if p.req.request_id not in trees]
+        verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
+        forward_items = [self._forward_item(p) for p in plain]
+        verify_items = [self.spec.verify_item(req, tree) for req, tree in verify]
         try:
-            reply = await self.target.forward([self._forward_item(p) for p in plan])
+            forward_reply, verify_reply = await asyncio.gather(
+                self._maybe(self.target.forward, forward_items),
+                self._maybe(self.target.verify, verify_items))
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
-        await self._commit(plan, list(reply.next_token_ids))
+        done = self._commit_plain(plain, list(forward_reply.next_token_ids) if forward_reply else [])
+        if verify_reply is not None:
+            done += self._commit_verified(verify, verify_items, list(verify_reply.results))
+        await self._finish(done)
+        await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
+
+    @staticmethod
+    async def _maybe(call, items):
+        return await call(items) if items else None
+
+    async def _propose(self, plan: list[Planned]) -> dict:
+        ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]
+        return await self.spec.propose(ready) if ready else {}
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_running:
@@ -105,7 +127,7 @@ class Scheduler:
         for req in self.running:
             if req.is_prefilling and budget > 0:
                 n = min(req.prompt_len - req.num_computed, budget)
-                plan.append(Planned(req, n, req.num_computed + n == req.prompt_len))
+                plan.append(Planned(req, n, req.num_computed + n == req.prompt_len, prefill=True))
                 budget -= n
         now = time.perf_counter()
         for p in plan:
@@ -128,15 +150,27 @@ class Scheduler:
         req.num_sent_slots = len(req.slots)
         return item
 
-    async def _commit(self, plan: list[Planned], next_ids: list[int]) -> None:
+    def _commit_plain(self, plan: list[Planned], next_ids: list[int]) -> list[Request]:
         sampled = iter(next_ids)
         done: list[Request] = []
         for p in plan:
             p.req.num_computed += p.num_tokens
-            if p.sample:
-                if self._emit(p.req, self.outputs[p.req.request_id].commit([next(sampled)])):
-                    done.append(p.req)
-        await self._finish(done)
+            if not p.sample:
+                continue
+            # A target-only step leaves the drafter a token behind: it catches up afterwards.
+            p.req.draft_synced = False
+            if self._emit(p.req, self.outputs[p.req.request_id].commit([next(sampled)])):
+                done.append(p.req)
+        return done
+
+    def _commit_verified(self, verify: list, items: list, results: list) -> list[Request]:
+        done: list[Request] = []
+        for (req, _), item, result in zip(verify, items, results, strict=True):
+            self.spec.after_verify(req, result, len(item.token_ids))
+            req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
+            if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
+                done.append(req)
+        return done
 
     def _emit(self, req: Request, committed: Committed) -> bool:
         """Streams a committed block; returns True when it ends the request."""
@@ -161,7 +195,11 @@ class Scheduler:
             queue_ms=(started - req.arrival) * 1e3,
             time_to_first_token_ms=((req.first_token or now) - req.arrival) * 1e3,
             total_ms=(now - req.arrival) * 1e3))
-        self.counters.record_finish(len(req.output_ids))
+        if req.verify_steps:
+            item.speculation.CopyFrom(speculation_stats(
+                req.verify_steps, req.draft_tokens, req.accepted_tokens))
+        self.counters.record_finish(len(req.output_ids), req.verify_steps, req.draft_tokens,
+                                    req.accepted_tokens)
 
     # ---- endings ------------------------------------------------------------------------------
 
@@ -187,6 +225,7 @@ class Scheduler:
             await self.target.release(started)
         except grpc.aio.AioRpcError as err:
             log.warning("target release failed for %d requests: %s", len(started), err.code().name)
+        await asyncio.gather(*(self.spec.pool.release(r.replica, r.request_id) for r in reqs))
 
     async def _fail(self, plan: list[Planned], message: str) -> None:
         log.error("%s; failing %d requests", message, len(plan))

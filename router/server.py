@@ -13,11 +13,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router.config import RouterConfig
+from router.draft_pool import DraftPool
 from router.kv_manager import KVManager
 from router.radix_cache import RadixCache
 from router.scheduler import Scheduler
 from router.servicer import GenerationServicer
 from router.slot_allocator import SlotAllocator
+from router.speculation import Speculation
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 from router.validation import Limits
@@ -40,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-max-new-tokens", type=int, default=256)
     parser.add_argument("--max-new-tokens-limit", type=int, default=4096)
     parser.add_argument("--rpc-timeout", type=float, default=120.0)
+    parser.add_argument("--draft", action="append", default=[], metavar="ADDRESS",
+                        help="a draft replica (repeat for several); none: target-only decoding")
+    parser.add_argument("--speculate", choices=["on", "off"], default="on",
+                        help="default for requests that do not say (needs --draft)")
+    parser.add_argument("--max-tree-tokens", type=int, default=64,
+                        help="most nodes of a verified tree; larger trees are cut")
+    parser.add_argument("--draft-timeout", type=float, default=10.0)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
@@ -48,6 +57,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         host=args.host, port=args.port, max_queue=args.max_queue, max_running=args.max_running,
         max_step_tokens=args.max_step_tokens, default_max_new_tokens=args.default_max_new_tokens,
         max_new_tokens_limit=args.max_new_tokens_limit, rpc_timeout_s=args.rpc_timeout,
+        draft_addresses=tuple(args.draft), speculate_by_default=args.speculate == "on",
+        max_tree_tokens=args.max_tree_tokens, draft_timeout_s=args.draft_timeout,
     )
 
 
@@ -91,8 +102,13 @@ async def serve(config: RouterConfig) -> None:
     await wait_for_target(config.target_address, config.connect_timeout_s)
     target = TargetClient(config.target_address, config.rpc_timeout_s)
     info = await target.info()
-    kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block)
-    scheduler = Scheduler(config, tokenizer, target, kv)
+    lookahead = config.max_tree_tokens if config.draft_addresses else 0
+    kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
+    pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s)
+    spec = Speculation(pool, target, kv, default_on=config.speculate_by_default,
+                       max_tree_tokens=config.max_tree_tokens, vocab_size=info.vocab_size,
+                       max_context=info.max_context_length)
+    scheduler = Scheduler(config, tokenizer, target, kv, spec)
     limits = Limits(info.vocab_size, info.max_context_length, config.max_new_tokens_limit,
                     config.default_max_new_tokens)
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
@@ -105,9 +121,9 @@ async def serve(config: RouterConfig) -> None:
     await server.start()
     log.info("router serving on %s (target %s, %d slots)", address, config.target_address,
              info.num_slots)
-    loop_task = asyncio.create_task(scheduler.run())
-    server_task = asyncio.create_task(server.wait_for_termination())
-    done, _ = await asyncio.wait({loop_task, server_task}, return_when=asyncio.FIRST_COMPLETED)
+    tasks = {asyncio.create_task(scheduler.run()), asyncio.create_task(pool.probe_forever()),
+             asyncio.create_task(server.wait_for_termination())}
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
         task.result()  # re-raises a crash of the scheduler loop
 

@@ -62,6 +62,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             num_finished_requests=s.counters.num_finished,
             num_generated_tokens=s.counters.num_generated_tokens,
             uptime_s=s.counters.uptime_s,
+            speculation=s.counters.speculation(),
+            draft_replicas=[pb.DraftReplicaStatus(
+                address=r.address, method=r.info.method if r.info else "", healthy=r.healthy,
+                num_requests=len(r.request_ids)) for r in s.spec.pool.replicas],
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:

@@ -14,6 +14,8 @@ from model_runtime.sampling import SamplingTensors, sample
 from target_service.config import TargetConfig
 from target_service.errors import InvalidStep, UnknownRequest
 from target_service.request_table import RequestState, RequestTable, SamplingSpec
+from target_service.tree_batch import check_tree, pad_trees
+from target_service.verify import TreeBatch, run_verify
 
 
 @dataclass
@@ -26,6 +28,25 @@ class StepItem:
     new_slots: list[int] = field(default_factory=list)
     sample: bool = True
     sampling: SamplingSpec | None = None
+
+
+@dataclass
+class VerifyItem:
+    """One request's draft tree (decoded from a VerifyItem message)."""
+
+    request_id: str
+    start_pos: int
+    token_ids: list[int]
+    parents: list[int]
+    new_slots: list[int] = field(default_factory=list)
+    return_hidden: bool = False
+
+
+@dataclass
+class VerifyResult:
+    token_ids: list[int]  # accepted drafts, then the bonus token
+    num_accepted: int
+    hidden: torch.Tensor | None  # [num_accepted + 1, H] on the host
 
 
 @dataclass
@@ -70,6 +91,31 @@ class TargetEngine:
         with torch.inference_mode():
             next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
         return StepResult(next_ids, (time.perf_counter() - started) * 1e3)
+
+    def verify(self, items: list[VerifyItem]) -> tuple[list[VerifyResult], float]:
+        started = time.perf_counter()
+        states = self._admit_trees(items)
+        trees = self._tree_batch(items, states)
+        greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
+        params = self._sampling_tensors(states, trees.start_pos)
+        want_hidden = any(it.return_hidden for it in items)
+        with torch.inference_mode():
+            out = run_verify(self.model, self.pools, self.table.slots, trees, params, greedy,
+                             want_hidden)
+        results = [
+            VerifyResult(ids, n, out.hidden[b, : n + 1] if it.return_hidden and out.hidden is not None else None)
+            for b, (it, ids, n) in enumerate(zip(items, out.token_ids, out.num_accepted, strict=True))
+        ]
+        return results, (time.perf_counter() - started) * 1e3
+
+    def read_hidden(self, request_id: str, start: int, end: int) -> torch.Tensor:
+        """Hidden rows of context positions [start, end) of a request, on the host."""
+        state = self.table.get(request_id)
+        if not 0 <= start <= end <= state.table_len:
+            raise InvalidStep(f"rows [{start}, {end}) outside the request's {state.table_len} slots")
+        slots = self.table.slots[state.row, start:end]
+        with torch.inference_mode():
+            return self.pools.hidden[slots].to("cpu")
 
     def release(self, request_ids: list[str]) -> int:
         return sum(self.table.release(rid) for rid in request_ids)
@@ -118,6 +164,32 @@ class TargetEngine:
             raise InvalidStep(f"request {item.request_id!r}: context {end} > {self.max_context}")
         probe = state or RequestState(0, 0, item.sampling)  # type: ignore[arg-type]
         self.table.check_append(probe, item.new_slots)
+
+    def _admit_trees(self, items: list[VerifyItem]) -> list[RequestState]:
+        """Validates every tree before touching state; trees run on started requests only."""
+        if not items:
+            raise InvalidStep("a verify needs at least one tree")
+        if len({it.request_id for it in items}) != len(items):
+            raise InvalidStep("a request may appear once per verify")
+        if sum(len(it.token_ids) for it in items) > self.config.max_batch_tokens:
+            raise InvalidStep(f"trees exceed max_batch_tokens {self.config.max_batch_tokens}")
+        states = [self.table.get(it.request_id) for it in items]
+        for item, state in zip(items, states, strict=True):
+            check_tree(item.request_id, item.token_ids, item.parents, self.model_config.vocab_size)
+            end = item.start_pos + len(item.token_ids)
+            if item.start_pos < 1 or end > state.table_len + len(item.new_slots):
+                raise InvalidStep(f"request {item.request_id!r}: tree positions "
+                                  f"[{item.start_pos}, {end}) not covered by its slots")
+            if end > self.model_config.max_position:
+                raise InvalidStep(f"request {item.request_id!r}: tree runs past position "
+                                  f"{self.model_config.max_position}")
+            self.table.check_append(state, item.new_slots)
+        self.table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
+        return states
+
+    def _tree_batch(self, items: list[VerifyItem], states: list[RequestState]) -> TreeBatch:
+        return pad_trees([it.token_ids for it in items], [it.parents for it in items],
+                         [s.row for s in states], [it.start_pos for it in items], self.device)
 
     # ---- the step -----------------------------------------------------------------------
 

@@ -7,9 +7,14 @@ import threading
 import grpc
 
 from protos import target_pb2, target_pb2_grpc
-from target_service.engine import StepItem, TargetEngine
+from model_runtime.wire import tensor_to_pb
+from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.request_table import SamplingSpec
+
+# 256 rows of SmolLM2 (576 fp32) are 576 KiB: far under the message limit, large enough to
+# keep per-message overhead small.
+HIDDEN_ROWS_PER_CHUNK = 256
 
 _STATUS = {
     InvalidStep: grpc.StatusCode.INVALID_ARGUMENT,
@@ -41,6 +46,29 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         return target_pb2.ForwardResponse(
             next_token_ids=result.next_token_ids, forward_ms=result.forward_ms
         )
+
+    def Verify(self, request, context):  # noqa: N802
+        items = [VerifyItem(it.request_id, it.start_pos, list(it.token_ids), list(it.parent_indices),
+                            list(it.new_slots), it.return_hidden) for it in request.items]
+        with self.lock:
+            results, forward_ms = self._call(context, self.engine.verify, items)
+        return target_pb2.VerifyResponse(
+            results=[target_pb2.VerifyResult(
+                token_ids=r.token_ids, num_accepted=r.num_accepted,
+                hidden=tensor_to_pb(r.hidden) if r.hidden is not None else None,
+            ) for r in results],
+            forward_ms=forward_ms,
+        )
+
+    def ReadHidden(self, request, context):  # noqa: N802
+        rows_per_chunk = request.rows_per_chunk or HIDDEN_ROWS_PER_CHUNK
+        with self.lock:
+            rows = self._call(context, self.engine.read_hidden, request.request_id,
+                              request.start_pos, request.end_pos)
+        for offset in range(0, rows.shape[0], rows_per_chunk):
+            chunk = rows[offset : offset + rows_per_chunk]
+            yield target_pb2.HiddenChunk(start_pos=request.start_pos + offset,
+                                         hidden=tensor_to_pb(chunk))
 
     def Release(self, request, context):  # noqa: N802
         with self.lock:

@@ -1,0 +1,170 @@
+"""The speculative round: propose on the request's draft replica, verify on the target.
+
+A round costs one Propose (carrying what the last verify committed) and one Verify. Drafter
+trouble of any kind (a lost replica, a context it does not hold, a malformed tree) turns into a
+target-only step for that request, never a failure: output stays the target's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
+
+from protos import draft_pb2, target_pb2
+from router.draft_pool import DraftPool, DraftReplica
+from router.kv_manager import KVManager
+from router.request import Request
+from router.target_client import TargetClient
+
+log = logging.getLogger("splitspec.router")
+INGEST_TOKENS_PER_CHUNK = 1024
+
+
+def _transient(err: BaseException) -> bool:
+    return isinstance(err, grpc.aio.AioRpcError) and err.code() in (
+        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class Speculation:
+    def __init__(self, pool: DraftPool, target: TargetClient, kv: KVManager, *,
+                 default_on: bool, max_tree_tokens: int, vocab_size: int, max_context: int) -> None:
+        self.pool = pool
+        self.target = target
+        self.kv = kv
+        self.default_on = default_on
+        self.max_tree_tokens = max_tree_tokens
+        self.vocab_size = vocab_size
+        self.max_context = max_context
+
+    def wanted(self, req: Request) -> bool:
+        return bool(self.pool.replicas) and (self.default_on if req.speculate is None else req.speculate)
+
+    def ready(self, req: Request) -> bool:
+        return req.draft_synced and req.replica is not None and req.replica.healthy
+
+    def needs_sync(self, req: Request) -> bool:
+        return (not req.finished and not req.is_prefilling and not req.draft_synced
+                and self.wanted(req) and bool(self.pool.healthy))
+
+    # ---- proposing ------------------------------------------------------------------------
+
+    async def propose(self, reqs: list[Request]) -> dict[str, draft_pb2.DraftTree]:
+        """Trees for the requests whose replica answered; the others go target-only."""
+        groups: dict[DraftReplica, list[Request]] = {}
+        for req in reqs:
+            groups.setdefault(req.replica, []).append(req)
+        answers = await asyncio.gather(*(self._propose_on(r, g) for r, g in groups.items()))
+        return {t.request_id: t for trees in answers for t in trees}
+
+    async def _propose_on(self, replica: DraftReplica, reqs: list[Request]) -> list[draft_pb2.DraftTree]:
+        request = draft_pb2.ProposeRequest(items=[
+            draft_pb2.ProposeItem(update=self._update(r), round=r.round) for r in reqs])
+        try:
+            # Propose is idempotent per (request_id, round): a retry never appends twice.
+            async for attempt in AsyncRetrying(stop=stop_after_attempt(2), wait=wait_fixed(0.05),
+                                               retry=retry_if_exception(_transient), reraise=True):
+                with attempt:
+                    reply = await replica.stub.Propose(request, timeout=self.pool.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            self._lose_replica(replica, f"Propose: {err.code().name}")
+            return []
+        trees = []
+        for req, tree in zip(reqs, reply.trees, strict=False):
+            req.pending_update = None
+            if tree.needs_context or tree.request_id != req.request_id:
+                req.draft_synced = False
+            else:
+                trees.append(tree)
+        return trees
+
+    def _update(self, req: Request) -> draft_pb2.ContextUpdate:
+        if req.pending_update is not None:
+            return req.pending_update
+        return draft_pb2.ContextUpdate(request_id=req.request_id, start_pos=req.num_computed + 1,
+                                       hidden_start_pos=req.num_computed)
+
+    def _lose_replica(self, replica: DraftReplica, reason: str) -> None:
+        self.pool.mark_failed(replica, reason)
+
+    # ---- verifying ------------------------------------------------------------------------
+
+    def verify_item(self, req: Request, tree: draft_pb2.DraftTree) -> target_pb2.VerifyItem:
+        """A well-formed tree rooted at the last committed token, with its slots reserved."""
+        start = req.num_computed
+        tokens, parents = self._sanitize(req, tree, room=self.max_context - start)
+        self.kv.ensure_slots(req, start + len(tokens))
+        item = target_pb2.VerifyItem(
+            request_id=req.request_id, start_pos=start, token_ids=tokens, parent_indices=parents,
+            new_slots=req.slots[req.num_sent_slots:],
+            return_hidden=bool(req.replica.info and req.replica.info.needs_hidden))
+        req.num_sent_slots = len(req.slots)
+        return item
+
+    def _sanitize(self, req: Request, tree: draft_pb2.DraftTree, room: int) -> tuple[list[int], list[int]]:
+        size = max(1, min(len(tree.token_ids), self.max_tree_tokens, room))
+        tokens, parents = list(tree.token_ids[:size]), list(tree.parent_indices[:size])
+        ok = (len(parents) == size and parents[0] == -1
+              and all(0 <= p < i for i, p in enumerate(parents) if i)
+              and all(0 <= t < self.vocab_size for t in tokens))
+        if not ok:
+            log.warning("malformed tree for %s dropped", req.request_id)
+            tokens, parents = [0], [-1]
+        tokens[0] = req.output_ids[-1]  # the root is ours to state, whatever the drafter said
+        return tokens, parents
+
+    def after_verify(self, req: Request, result: target_pb2.VerifyResult, num_nodes: int) -> None:
+        req.verify_steps += 1
+        req.draft_tokens += num_nodes - 1
+        req.accepted_tokens += result.num_accepted
+        req.round += 1
+        start = req.num_computed  # before the commit: the root's position
+        req.pending_update = draft_pb2.ContextUpdate(
+            request_id=req.request_id, start_pos=start + 1, token_ids=result.token_ids,
+            hidden_start_pos=start, hidden=result.hidden)
+
+    # ---- catching a replica up -------------------------------------------------------------
+
+    async def catch_up(self, reqs: list[Request]) -> None:
+        await asyncio.gather(*(self._sync(r) for r in reqs))
+
+    async def _sync(self, req: Request) -> None:
+        if req.replica is None or not req.replica.healthy:
+            req.replica = self.pool.assign(req.request_id)
+        replica = req.replica
+        if replica is None:
+            return
+        try:
+            await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=self.pool.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                log.error("replica %s refused the context of %s: %s", replica.address,
+                          req.request_id, err.details())
+                self.pool.unassign(replica, req.request_id)
+                req.replica = None
+                return
+            self._lose_replica(replica, f"Ingest: {err.code().name}")
+            return
+        req.draft_synced, req.pending_update = True, None
+
+    async def _ingest_chunks(self, req: Request, replica: DraftReplica) -> AsyncIterator[draft_pb2.IngestChunk]:
+        """Tokens 0..L and, for EAGLE, hidden rows 0..L-1 from the target's pool, streamed so
+        that after every chunk the replica holds one more token than hidden rows."""
+        last = req.num_computed  # position of the root: its KV and hidden row do not exist yet
+        tokens = req.context_ids[: last + 1]
+        rid = req.request_id
+        if not (replica.info and replica.info.needs_hidden):
+            for s in range(0, last + 1, INGEST_TOKENS_PER_CHUNK):
+                yield draft_pb2.IngestChunk(update=draft_pb2.ContextUpdate(
+                    request_id=rid, start_pos=s, token_ids=tokens[s : s + INGEST_TOKENS_PER_CHUNK]))
+            return
+        async for chunk in self.target.read_hidden(rid, 0, last):
+            s = chunk.start_pos
+            rows = chunk.hidden.shape[0]
+            first = 0 if s == 0 else s + 1
+            yield draft_pb2.IngestChunk(update=draft_pb2.ContextUpdate(
+                request_id=rid, start_pos=first, token_ids=tokens[first : s + rows + 1],
+                hidden_start_pos=s, hidden=chunk.hidden))

@@ -1,0 +1,97 @@
+"""One verify pass over a batch of draft trees: forward, accept, compact, read back.
+
+Everything between the host->device copy of the trees and the final device->host copy of the
+results stays on the device: tree masks and positions come from the parent indices, and the
+accepted path's KV and hidden rows move into the committed positions in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.attention import build_metadata
+from model_runtime.llama import LlamaForCausalLM
+from model_runtime.pools import SlotPools
+from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
+from target_service.tree import Acceptance, compact_accepted, greedy_accept, tree_attention_mask
+from target_service.tree_sampling import tree_rejection_sample
+
+# Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
+# so a request's draws do not depend on the other trees in its batch.
+NODE_SALT = 1
+FINAL_SALT = 0xFFFF
+
+
+@dataclass
+class TreeBatch:
+    """Padded trees on the device: B requests, N nodes each (padding invalid)."""
+
+    tokens: torch.Tensor  # [B, N]
+    parents: torch.Tensor  # [B, N]; padding has parent 0
+    valid: torch.Tensor  # [B, N]
+    rows: torch.Tensor  # [B] slot-table rows
+    start_pos: torch.Tensor  # [B] position of each root
+    num_nodes: torch.Tensor  # [B]
+
+
+@dataclass
+class VerifyOutput:
+    """Host-side results, one entry per tree."""
+
+    token_ids: list[list[int]]  # accepted drafts then the bonus token
+    num_accepted: list[int]
+    hidden: torch.Tensor | None  # [B, N, H] on the host: row j of tree b is position start + j
+
+
+def run_verify(model: LlamaForCausalLM, pools: SlotPools, slot_table: torch.Tensor,
+               trees: TreeBatch, params: SamplingTensors, greedy: torch.Tensor,
+               want_hidden: bool) -> VerifyOutput:
+    layout = tree_attention_mask(trees.parents, trees.valid)
+    num_req, num_nodes = trees.tokens.shape
+    node_ids = torch.arange(num_nodes, device=trees.tokens.device)
+    node_slots = slot_table[trees.rows[:, None], trees.start_pos[:, None] + node_ids]  # [B, N]
+    positions = trees.start_pos[:, None] + layout.depths
+    real = trees.valid.flatten()
+    write_slots = node_slots.flatten()[real]
+    key_len = int((trees.start_pos + trees.num_nodes).max())
+    meta = build_metadata(write_slots, slot_table[trees.rows, :key_len], trees.start_pos,
+                          trees.num_nodes, num_nodes, new_token_mask=layout.ancestors)
+    hidden = model(trees.tokens.flatten()[real], positions.flatten()[real],
+                   (pools.k, pools.v), meta)
+    pools.hidden.index_copy_(0, write_slots, hidden)
+    logits = hidden.new_zeros((num_req * num_nodes, model.config.vocab_size), dtype=torch.float32)
+    logits[real] = model.logits(hidden)
+    accepted = _accept(trees, layout, logits.view(num_req, num_nodes, -1), params, greedy)
+    compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
+    rows = pools.hidden[node_slots] if want_hidden else None
+    return _read_back(trees, accepted, rows)
+
+
+def _accept(trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors,
+            greedy: torch.Tensor) -> Acceptance:
+    by_argmax = greedy_accept(trees.tokens, trees.parents, trees.valid, logits.argmax(-1), layout)
+    if bool(greedy.all()):  # known on the host already: no device sync
+        return by_argmax
+    num_req, num_nodes, vocab = logits.shape
+    per_node = SamplingTensors(*(t.repeat_interleave(num_nodes) for t in (
+        params.temperature, params.top_p, params.top_k, params.seed, params.position)))
+    probs = filtered_probs(logits.view(-1, vocab), per_node).view(num_req, num_nodes, vocab)
+    salts = torch.cat([torch.arange(num_nodes, device=logits.device) + NODE_SALT,
+                       torch.tensor([FINAL_SALT], device=logits.device)])
+    coins = seeded_uniform(params.seed[:, None], trees.start_pos[:, None], salts[None, :])
+    sampled = tree_rejection_sample(trees.tokens, trees.parents, trees.valid, probs, coins, layout)
+    pick = greedy.to(logits.device)
+    return Acceptance(*(torch.where(pick[:, None] if a.dim() == 2 else pick, a, b)
+                        for a, b in zip(by_argmax, sampled, strict=True)))
+
+
+def _read_back(trees: TreeBatch, accepted: Acceptance,
+               hidden_rows: torch.Tensor | None) -> VerifyOutput:
+    path_tokens = trees.tokens.gather(1, accepted.path.clamp(min=0))
+    packed = torch.cat([path_tokens, accepted.num_accepted[:, None], accepted.next_token[:, None]], 1)
+    rows = packed.tolist()  # the pass's one device->host sync for ids (hidden rows follow)
+    hidden = hidden_rows.to("cpu") if hidden_rows is not None else None
+    token_ids = [row[1 : 1 + row[-2]] + [row[-1]] for row in rows]
+    return VerifyOutput(token_ids, [row[-2] for row in rows], hidden)
