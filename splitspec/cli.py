@@ -21,13 +21,16 @@ def _serve(args: argparse.Namespace) -> int:
         target_args += ["--model", str(args.model)]
     router_args = ["--model", str(args.model)] if args.model else []
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
-    stack = LocalStack(target_args, router_args, log_dir=log_dir)
+    stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args))
     print(f"starting target and router (logs in {log_dir}); the first start converts the model once",
           flush=True)
     stack.start(timeout_s=args.start_timeout)
     try:
         print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
-        print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}", flush=True)
+        print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
+        for draft in stack.drafts:
+            print(f"draft  (internal, splitspec.draft.v1.DraftModel, {args.draft_method}): {draft.address}")
+        sys.stdout.flush()
         if args.demo:
             print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
             print_generation(stack.router_address,
@@ -39,6 +42,18 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _draft_args(args: argparse.Namespace) -> list[list[str]]:
+    if args.draft_method == "off":
+        return []
+    shape = ["--method", args.draft_method, "--num-steps", str(args.num_steps), "--topk",
+             str(args.topk), "--num-draft-tokens", str(args.num_draft_tokens), "--device", args.device]
+    if args.model:
+        shape += ["--model", str(args.model)]
+    if args.eagle_head:
+        shape += ["--eagle-head", str(args.eagle_head)]
+    return [shape for _ in range(args.num_draft_replicas)]
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -57,6 +72,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--num-slots", type=int, default=32768)
+    p.add_argument("--draft-method", choices=["ngram", "eagle", "off"], default="ngram",
+                   help="drafter of the draft replicas (off: target-only)")
+    p.add_argument("--num-draft-replicas", type=int, default=1)
+    p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")
+    p.add_argument("--topk", type=int, default=4, help="children expanded per draft step")
+    p.add_argument("--num-draft-tokens", type=int, default=16, help="tree nodes, root included")
+    p.add_argument("--eagle-head", type=Path, default=None, help="trained EAGLE head folder")
     p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
     p.add_argument("--demo-prompt", default=DEMO_PROMPT)
     p.add_argument("--demo-tokens", type=int, default=96)

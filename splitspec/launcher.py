@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import grpc
+
 from splitspec.grpc_util import wait_healthy
 
 _PR_SET_PDEATHSIG = 1
@@ -93,12 +95,14 @@ class LocalStack:
     """A router, a target and optional draft replicas on 127.0.0.1, started in order."""
 
     def __init__(self, target_args: list[str], router_args: list[str], log_dir: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", draft_args: list[list[str]] | None = None) -> None:
         self.host = host
+        self.log_dir = log_dir
         target_port, router_port = free_port(host), free_port(host)
+        self.drafts = [self._draft(i, args) for i, args in enumerate(draft_args or [])]
+        router_args = [*router_args, *(a for d in self.drafts for a in ("--draft", d.address))]
         self.target_address = f"{host}:{target_port}"
         self.router_address = f"{host}:{router_port}"
-        self.log_dir = log_dir
         self.target = ServiceProcess(
             "target", python_module("target_service", "--host", host, "--port", str(target_port),
                                     *target_args), self.target_address, self._log("target"))
@@ -107,11 +111,17 @@ class LocalStack:
                                     "--target", self.target_address, *router_args),
             self.router_address, self._log("router"))
 
+    def _draft(self, index: int, args: list[str]) -> ServiceProcess:
+        port = free_port(self.host)
+        return ServiceProcess(
+            f"draft-{index}", python_module("draft_service", "--host", self.host, "--port", str(port),
+                                            *args), f"{self.host}:{port}", self._log(f"draft-{index}"))
+
     def _log(self, name: str) -> Path | None:
         return None if self.log_dir is None else self.log_dir / f"{name}.log"
 
     def services(self) -> list[ServiceProcess]:
-        return [self.target, self.router]
+        return [self.target, *self.drafts, self.router]
 
     def start(self, timeout_s: float = 600.0) -> LocalStack:
         try:
@@ -119,10 +129,27 @@ class LocalStack:
                 service.start()
             for service in self.services():
                 service.wait_healthy(timeout_s)
+            if self.drafts:
+                self.wait_drafts_serving(timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_drafts_serving(self, timeout_s: float, count: int | None = None) -> None:
+        """Waits until the router reports ``count`` (default: all) draft replicas healthy."""
+        from protos import generation_pb2, generation_pb2_grpc  # no grpc stubs at import time
+
+        want = len(self.drafts) if count is None else count
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(self.router_address) as channel:
+            stub = generation_pb2_grpc.GenerationStub(channel)
+            while time.monotonic() < deadline:
+                status = stub.GetServerStatus(generation_pb2.GetServerStatusRequest(), timeout=5)
+                if sum(r.healthy for r in status.draft_replicas) >= want:
+                    return
+                time.sleep(0.2)
+        raise TimeoutError(f"router did not see {want} healthy draft replicas in {timeout_s:.0f} s")
 
     def stop(self) -> None:
         for service in reversed(self.services()):

