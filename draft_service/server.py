@@ -1,0 +1,176 @@
+"""Runs a draft replica: `python -m draft_service --method ngram|eagle|scripted|recording`.
+
+"scripted" and "recording" are test-only drafters (see draft_service/test_drafters.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import torch
+
+from draft_service.drafter import Drafter, TreeShape
+from draft_service.ngram_drafter import NgramContextDrafter
+from draft_service.servicer import DraftEngine, DraftServicer
+from protos import draft_pb2, draft_pb2_grpc
+from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.paths import default_cache_dir
+
+log = logging.getLogger("splitspec.draft")
+SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
+METHODS = ("ngram", "eagle", "scripted", "recording")
+DTYPES = {"float32": "float32", "fp32": "float32", "float64": "float64", "fp64": "float64",
+          "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """The draft service's configuration: built once from the command line, never mutated."""
+
+    method: str
+    cache_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 50071
+    num_steps: int = 5
+    topk: int = 4
+    num_draft_tokens: int = 16
+    device: str = "cpu"
+    dtype: str = "float32"
+    model_path: Path | None = None  # the target model (eagle: embeddings, LM head, tokenizer)
+    eagle_head: Path | None = None  # folder of the trained EAGLE head
+    script: Path | None = None  # scripted: JSON list of token-id sequences
+    record_dir: Path | None = None  # recording: where per-request records are written
+    max_workers: int = 8
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
+        if self.dtype not in DTYPES.values():
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
+        if self.method == "scripted" and self.script is None:
+            raise ValueError("method scripted needs --script FILE")
+        if self.method == "recording" and self.record_dir is None:
+            raise ValueError("method recording needs --record-dir DIR")
+        _ = self.shape  # TreeShape validates the tree budget
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(num_steps=self.num_steps, topk=self.topk,
+                         num_draft_tokens=self.num_draft_tokens)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50071)
+    parser.add_argument("--method", default="ngram", choices=METHODS,
+                        help="scripted and recording are for tests only")
+    parser.add_argument("--num-steps", type=int, default=5, help="tree depth (draft steps)")
+    parser.add_argument("--topk", type=int, default=4, help="children expanded per node")
+    parser.add_argument("--num-draft-tokens", type=int, default=16,
+                        help="most nodes of a tree, root included")
+    parser.add_argument("--device", default=None,
+                        help="default: cuda when available for eagle, else cpu")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--model", type=Path, default=None, help="target model path (eagle)")
+    parser.add_argument("--eagle-head", type=Path, default=None, help="EAGLE head folder (eagle)")
+    parser.add_argument("--script", type=Path, default=None,
+                        help="scripted: JSON list of token-id sequences to propose from")
+    parser.add_argument("--record-dir", type=Path, default=None,
+                        help="recording: writes DIR/<request_id>.json on every update")
+    parser.add_argument("--cache-dir", type=Path, default=None)
+
+
+def config_from_args(args: argparse.Namespace) -> DraftConfig:
+    device = args.device
+    if device is None:
+        device = "cuda" if args.method == "eagle" and torch.cuda.is_available() else "cpu"
+    return DraftConfig(
+        method=args.method, cache_dir=args.cache_dir or default_cache_dir(), host=args.host,
+        port=args.port, num_steps=args.num_steps, topk=args.topk,
+        num_draft_tokens=args.num_draft_tokens, device=device, dtype=DTYPES[args.dtype],
+        model_path=args.model, eagle_head=args.eagle_head, script=args.script,
+        record_dir=args.record_dir,
+    )
+
+
+def build_drafter(config: DraftConfig) -> Drafter:
+    if config.method == "ngram":
+        return NgramContextDrafter(config.shape)
+    if config.method == "eagle":
+        return _build_eagle(config)
+    # Test-only drafters are imported only when asked for.
+    from draft_service.test_drafters import RecordingDrafter, ScriptedDrafter
+
+    if config.method == "scripted":
+        assert config.script is not None
+        return ScriptedDrafter.from_file(config.shape, config.script)
+    assert config.record_dir is not None
+    return RecordingDrafter(config.shape, config.record_dir)
+
+
+def _build_eagle(config: DraftConfig) -> Drafter:
+    # The agreed entry point: build_eagle_drafter(config) loads the head (config.eagle_head) and
+    # the target parts it shares (config.model_path) onto config.device in config.dtype.
+    try:
+        from draft_service.eagle.drafter import (  # type: ignore[attr-defined]
+            build_eagle_drafter,
+        )
+    except ImportError as err:
+        raise SystemExit(
+            "draft: method eagle needs draft_service.eagle.drafter.build_eagle_drafter"
+            f"(config: DraftConfig) -> Drafter, which cannot be imported here ({err})"
+        ) from err
+    return build_eagle_drafter(config)
+
+
+def overload_errors(config: DraftConfig) -> tuple[type[Exception], ...]:
+    """The drafter's "no room now" exceptions, answered with RESOURCE_EXHAUSTED."""
+    if config.method != "eagle":
+        return ()
+    from draft_service.eagle.pool import DraftPoolFull
+
+    return (DraftPoolFull,)
+
+
+def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
+    return draft_pb2.DraftInfo(
+        method=drafter.method, needs_hidden=drafter.needs_hidden,
+        hidden_size=int(getattr(drafter, "hidden_size", 0)), num_steps=config.num_steps,
+        topk=config.topk, num_draft_tokens=config.num_draft_tokens, device=config.device,
+        dtype=config.dtype,
+    )
+
+
+def serve(config: DraftConfig) -> None:
+    drafter = build_drafter(config)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=config.max_workers),
+                         options=CHANNEL_OPTIONS)
+    engine = DraftEngine(drafter, overload_errors(config))
+    servicer = DraftServicer(engine, draft_info(drafter, config))
+    draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
+    add_health_and_reflection(server, [SERVICE_NAME])
+    address = f"{config.host}:{config.port}"
+    if server.add_insecure_port(address) == 0:
+        raise SystemExit(f"draft: cannot bind {address}")
+    server.start()
+    log.info("draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
+             drafter.method, address, config.device, config.dtype, config.num_steps, config.topk,
+             config.num_draft_tokens)
+    server.wait_for_termination()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="splitspec draft", description=__doc__)
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        parser.error(str(err))
+    serve(config)
