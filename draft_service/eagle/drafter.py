@@ -1,0 +1,280 @@
+"""EAGLE drafter: per-request draft KV filled from target hidden rows, EAGLE-2 trees on propose.
+
+Context contract (see draft_service.drafter): a request holds tokens x_0..x_L and target hidden
+rows h_0..h_{L-1}. The head runs once over every *pair* (x_{t+1}, h_t) at position t, writing
+its K/V into a context slot of the draft pool; the output at the last pair predicts the root's
+children. During a chunked ingest tokens and rows may arrive unevenly, so a request has run
+exactly min(rows, tokens - 1) pairs at any time, and is ready to propose once
+rows == tokens - 1 (>= 0). Tree nodes live in scratch slots for one propose only: the next
+append brings the accepted tokens with their true target rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from draft_service.drafter import ContextChunk, ContextMismatch, Drafter, TreeShape
+from draft_service.eagle.head import EagleHead
+from draft_service.eagle.pool import DraftKVPool, DraftPoolFull
+from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
+from draft_service.tree_types import DraftTree
+from model_runtime.attention import build_metadata
+
+__all__ = ["DraftPoolFull", "EagleDrafter"]
+
+
+@dataclass
+class _Request:
+    """One request's draft state. Invariant: len(slots) == min(num_rows, len(token_ids) - 1)."""
+
+    token_ids: list[int]
+    num_rows: int  # target hidden rows received
+    pending: torch.Tensor  # [num_rows - len(slots), H]: rows whose next token has not arrived
+    slots: list[int]  # draft KV slot of pair t (position t)
+    slot_row: torch.Tensor  # the same slots on the device
+    feature: torch.Tensor | None = None  # [H] head output at the last pair run
+
+    @property
+    def ready(self) -> bool:
+        return self.num_rows == len(self.token_ids) - 1
+
+
+@dataclass
+class _Work:
+    """Pairs one append runs for a request: positions [start, start + count)."""
+
+    state: _Request
+    start: int
+    count: int
+    slots: list[int]
+
+
+class EagleDrafter(Drafter):
+    """Batched EAGLE head drafting over an own KV pool (allocated once; appends that do not fit
+    raise DraftPoolFull without changing anything)."""
+
+    method = "eagle"
+    needs_hidden = True
+
+    def __init__(
+        self, head: EagleHead, shape: TreeShape, num_slots: int, max_batch_size: int = 32
+    ) -> None:
+        if shape.topk > head.config.target.vocab_size or max_batch_size < 1:
+            raise ValueError("need topk <= vocabulary size and max_batch_size >= 1")
+        param = head.fc.weight
+        self.head = head.eval()
+        self.shape = shape
+        self.max_batch_size = max_batch_size
+        self.device, self.dtype = param.device, param.dtype
+        num_scratch = max_batch_size * (shape.num_steps - 1) * shape.topk
+        self.pool = DraftKVPool(
+            head.config.target, len(head.layers), num_slots, num_scratch, param.dtype, param.device
+        )
+        self._requests: dict[str, _Request] = {}
+
+    # ---- Drafter interface ----------------------------------------------------------------
+
+    def append(self, chunk: ContextChunk) -> None:
+        if self.append_many([chunk]):
+            raise ContextMismatch(f"request {chunk.request_id!r}: chunk does not continue context")
+
+    def append_many(self, chunks: Sequence[ContextChunk]) -> list[str]:
+        """Applies every chunk that lines up, running all their new pairs in one head forward.
+
+        A chunk at start_pos 0 starts its request afresh (replacing held state). Returns the ids
+        whose chunk did not line up; their state is left as it was. Raises ValueError on bad
+        input and DraftPoolFull when the new pairs do not fit, in both cases changing nothing.
+        """
+        if len({c.request_id for c in chunks}) != len(chunks):
+            raise ValueError("a request may appear once per append")
+        for chunk in chunks:
+            self._check_input(chunk)
+        lines_up = [self._lines_up(c) for c in chunks]
+        fits = [c for c, ok in zip(chunks, lines_up, strict=True) if ok]
+        self._check_capacity(fits)
+        with torch.inference_mode():
+            for chunk in fits:
+                if chunk.start_pos == 0:  # restarts free their slots before anyone allocates
+                    self.release(chunk.request_id)
+                    self._requests[chunk.request_id] = self._empty_state()
+            work = [self._absorb(chunk) for chunk in fits]
+            self._run_pairs([w for w in work if w.count > 0])
+        return [c.request_id for c, ok in zip(chunks, lines_up, strict=True) if not ok]
+
+    def propose(self, request_ids: Sequence[str]) -> list[DraftTree]:
+        """One EAGLE-2 tree per request; raises ContextMismatch if one is unknown or not ready."""
+        if len(set(request_ids)) != len(request_ids):
+            raise ValueError("a request may appear once per propose")
+        states = [self._ready_state(rid) for rid in request_ids]
+        trees = [DraftTree.root_only(st.token_ids[-1]) for st in states]
+        drafting = [i for i, st in enumerate(states) if st.slots]
+        for first in range(0, len(drafting), self.max_batch_size):
+            group = drafting[first : first + self.max_batch_size]
+            with torch.inference_mode():
+                drafted = self._draft([states[i] for i in group])
+            for i, tree in zip(group, drafted, strict=True):
+                trees[i] = tree
+        return trees
+
+    def release(self, request_id: str) -> bool:
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return False
+        self.pool.free(state.slots)
+        return True
+
+    def num_tokens(self, request_id: str) -> int:
+        state = self._requests.get(request_id)
+        return len(state.token_ids) if state else 0
+
+    def num_hidden_rows(self, request_id: str) -> int:
+        state = self._requests.get(request_id)
+        return state.num_rows if state else 0
+
+    def is_ready(self, request_id: str) -> bool:
+        """Whether propose can draft for the request (held, rows == tokens - 1)."""
+        state = self._requests.get(request_id)
+        return state is not None and state.ready
+
+    # ---- append -----------------------------------------------------------------------------
+
+    def _check_input(self, chunk: ContextChunk) -> None:
+        vocab = self.head.config.target.vocab_size
+        if any(not 0 <= t < vocab for t in chunk.token_ids):
+            raise ValueError(f"request {chunk.request_id!r}: token id outside [0, {vocab})")
+        hidden = chunk.hidden
+        if hidden is not None and (hidden.dim() != 2 or hidden.shape[1] != self.head.hidden_size):
+            raise ValueError(
+                f"request {chunk.request_id!r}: hidden rows must be [rows, "
+                f"{self.head.hidden_size}], got {list(hidden.shape)}"
+            )
+        end = chunk.start_pos + len(chunk.token_ids)
+        if end + self.shape.num_steps > self.head.config.target.max_position:
+            raise ValueError(f"request {chunk.request_id!r}: context {end} too long to draft")
+
+    def _held_after(self, chunk: ContextChunk) -> tuple[_Request | None, int, int]:
+        """(state kept, tokens, rows) once the chunk is applied; the state is None on restart."""
+        state = None if chunk.start_pos == 0 else self._requests.get(chunk.request_id)
+        tokens = len(state.token_ids) if state else 0
+        rows = state.num_rows if state else 0
+        return state, tokens + len(chunk.token_ids), rows + _num_rows(chunk)
+
+    def _lines_up(self, chunk: ContextChunk) -> bool:
+        state, tokens, rows = self._held_after(chunk)
+        if chunk.start_pos != 0 and (state is None or chunk.start_pos != len(state.token_ids)):
+            return False
+        held_rows = state.num_rows if state else 0
+        if _num_rows(chunk) and chunk.hidden_start_pos != held_rows:
+            return False
+        return rows <= tokens  # a target row exists only for a token the target has run
+
+    def _check_capacity(self, chunks: list[ContextChunk]) -> None:
+        """Slots the chunks allocate must fit in the free ones plus those restarts give back."""
+        needed, freed = 0, 0
+        for chunk in chunks:
+            state, tokens, rows = self._held_after(chunk)
+            needed += max(0, min(rows, tokens - 1)) - (len(state.slots) if state else 0)
+            held = self._requests.get(chunk.request_id)
+            if state is None and held is not None:
+                freed += len(held.slots)
+        if needed > self.pool.num_free + freed:
+            raise DraftPoolFull(
+                f"draft KV pool: {needed} slots wanted, {self.pool.num_free + freed} free"
+            )
+
+    def _absorb(self, chunk: ContextChunk) -> _Work:
+        """Adds the chunk to the request's state; returns the pairs that became runnable."""
+        state = self._requests[chunk.request_id]
+        state.token_ids.extend(int(t) for t in chunk.token_ids)
+        if _num_rows(chunk):
+            assert chunk.hidden is not None
+            rows = chunk.hidden.to(device=self.device, dtype=self.dtype)
+            state.pending = torch.cat([state.pending, rows])
+            state.num_rows += rows.shape[0]
+        start = len(state.slots)
+        count = max(0, min(state.num_rows, len(state.token_ids) - 1)) - start
+        return _Work(state, start, count, self.pool.allocate(count))
+
+    def _empty_state(self) -> _Request:
+        empty_rows = torch.empty((0, self.head.hidden_size), dtype=self.dtype, device=self.device)
+        empty_slots = torch.empty(0, dtype=torch.long, device=self.device)
+        return _Request([], 0, empty_rows, [], empty_slots)
+
+    def _run_pairs(self, work: list[_Work]) -> None:
+        """One causal head forward over the new pairs of every request (prefill or extend)."""
+        if not work:
+            return
+        for w in work:
+            new_slots = torch.tensor(w.slots, dtype=torch.long, device=self.device)
+            w.state.slot_row = torch.cat([w.state.slot_row, new_slots])
+        # Pair t reads token t + 1; token ids, positions and write slots travel in one copy.
+        per_token = torch.tensor(
+            [
+                [t for w in work for t in w.state.token_ids[w.start + 1 : w.start + w.count + 1]],
+                [p for w in work for p in range(w.start, w.start + w.count)],
+                [s for w in work for s in w.slots],
+            ],
+            dtype=torch.long,
+        ).to(self.device)
+        per_request = torch.tensor([[w.start, w.count] for w in work], dtype=torch.long)
+        per_request = per_request.to(self.device)
+        meta = build_metadata(
+            write_slots=per_token[2],
+            key_slots=self._padded_slots([w.state for w in work]),
+            start_pos=per_request[:, 0],
+            num_new=per_request[:, 1],
+            num_query=max(w.count for w in work),
+        )
+        hidden = torch.cat([w.state.pending[: w.count] for w in work])
+        out = self.head(per_token[0], hidden, per_token[1], self.pool.kv, meta)
+        end = -1
+        for w in work:
+            end += w.count
+            w.state.feature = out[end].clone()
+            w.state.pending = w.state.pending[w.count :]
+            w.state.slots.extend(w.slots)
+
+    def _padded_slots(self, states: list[_Request]) -> torch.Tensor:
+        """[B, longest] context slots per request, padded with the dummy slot."""
+        rows = [st.slot_row for st in states]
+        return pad_sequence(rows, batch_first=True, padding_value=self.pool.dummy_slot)
+
+    # ---- propose ----------------------------------------------------------------------------
+
+    def _ready_state(self, request_id: str) -> _Request:
+        state = self._requests.get(request_id)
+        if state is None or not state.ready:
+            raise ContextMismatch(f"request {request_id!r}: no complete context held")
+        return state
+
+    def _draft(self, states: list[_Request]) -> list[DraftTree]:
+        """Search, rerank and bring the trees to the host (the propose's one sync)."""
+        inputs = self._search_inputs(states)
+        candidates = search_tree(self.head, self.pool.kv, inputs, self.shape)
+        tokens, parents, scores = rerank(candidates, self.shape.num_draft_tokens - 1)
+        token_lists, parent_lists = torch.stack([tokens, parents]).tolist()
+        score_lists = scores.clamp(0.0, 1.0).tolist()
+        return [
+            DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
+            for st, t, p, s in zip(states, token_lists, parent_lists, score_lists, strict=True)
+        ]
+
+    def _search_inputs(self, states: list[_Request]) -> SearchInputs:
+        width = (self.shape.num_steps - 1) * self.shape.topk
+        scratch = self.pool.scratch[: len(states) * width].view(len(states), width)
+        features = [st.feature for st in states]
+        assert all(f is not None for f in features)
+        return SearchInputs(
+            root_features=torch.stack(features),  # type: ignore[arg-type]
+            context_slots=self._padded_slots(states),
+            context_lens=torch.tensor([len(st.slots) for st in states], device=self.device),
+            scratch_slots=scratch,
+        )
+
+
+def _num_rows(chunk: ContextChunk) -> int:
+    return 0 if chunk.hidden is None else int(chunk.hidden.shape[0])

@@ -1,0 +1,230 @@
+"""The EAGLE draft head for a Llama-family target, and how it is saved and loaded.
+
+Feature semantics (fixed by the project): the target's hidden state h_t is its last decoder
+layer's output *before* the final norm at position t. The head's step at position t reads
+(embed(x_{t+1}), h_t) and predicts the feature at t + 1 in that same pre-norm space, so the
+target's own final norm and lm_head turn it into the distribution of x_{t+2}.
+
+Input order follows EAGLE-1/2 (``fc(cat(embed, hidden))``): the token embedding comes first.
+
+Only ``fc`` and the decoder layer are the head's own weights; the embedding, final norm and
+lm_head are the target's, frozen, and always read from the target checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from model_runtime.attention import AttentionMetadata
+from model_runtime.config import ModelConfig
+from model_runtime.layers import RMSNorm, RotaryTable
+from model_runtime.llama import DecoderLayer
+
+CONFIG_FILE = "eagle_config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "splitspec-eagle-1"
+TRAINABLE_PREFIXES = ("fc.", "layers.")
+# Target checkpoint key -> head parameter, for the frozen parts (transformers' Llama names).
+TARGET_KEYS = {
+    "model.embed_tokens.weight": "embed_tokens.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
+
+KVPools = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    """Shape of a head: the target's shape plus the head's own layer count."""
+
+    target: ModelConfig
+    num_layers: int = 1
+    fc_bias: bool = True  # EAGLE-1/2 heads carry a bias on the fusing projection
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, **asdict(self)}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> EagleConfig:
+        raw: dict[str, Any] = json.loads(text)
+        if raw.pop("format", None) != FORMAT:
+            raise ValueError(f"not a {FORMAT} head config")
+        return cls(target=ModelConfig(**raw.pop("target")), **raw)
+
+
+class EagleHead(nn.Module):
+    """fc([embed(x_{t+1}); h_t]) -> decoder layer(s) -> predicted pre-norm feature at t + 1.
+
+    The layers read and write a slot-indexed KV pool through AttentionMetadata exactly like the
+    target's, at the position t of the hidden row they consume.
+    """
+
+    def __init__(self, config: EagleConfig) -> None:
+        super().__init__()
+        target = config.target
+        hidden = target.hidden_size
+        self.config = config
+        self.embed_tokens = nn.Embedding(target.vocab_size, hidden)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=config.fc_bias)
+        self.layers = nn.ModuleList(DecoderLayer(target) for _ in range(config.num_layers))
+        self.norm = RMSNorm(hidden, target.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, target.vocab_size, bias=False)
+        if target.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = RotaryTable(target.head_dim, target.max_position, target.rope_theta)
+        for module in (self.embed_tokens, self.norm, self.lm_head):
+            module.requires_grad_(False)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.target.hidden_size
+
+    def forward(
+        self,
+        token_ids: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        kv: KVPools,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """token_ids [T] (x_{t+1}), hidden [T, H] (h_t), positions [T] (t) -> features [T, H]."""
+        x = self.fc(torch.cat([self.embed_tokens(token_ids), hidden.to(self.fc.weight.dtype)], -1))
+        rotary = self.rotary(positions, x.dtype)
+        for layer, k_pool, v_pool in zip(self.layers, kv[0], kv[1], strict=True):
+            x = layer(x, rotary, (k_pool, v_pool), meta)
+        return x
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Target's norm + lm_head; fp32 (fp64 for an fp64 head, so tests can compare exactly)."""
+        logits = self.lm_head(self.norm(features))
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The head's own weights (fc and layers): what a head checkpoint holds."""
+        return {k: v for k, v in self.state_dict().items() if k.startswith(TRAINABLE_PREFIXES)}
+
+    def load_target_parts(self, target_state: dict[str, torch.Tensor]) -> None:
+        """Copies the target's embedding, final norm and (untied) lm_head into the head."""
+        wanted = dict(TARGET_KEYS)
+        if self.config.target.tie_word_embeddings:
+            wanted.pop("lm_head.weight")
+        missing = [k for k in wanted if k not in target_state]
+        if missing:
+            raise ValueError(f"target checkpoint lacks {missing}")
+        own = self.state_dict()
+        with torch.no_grad():
+            for source, name in wanted.items():
+                own[name].copy_(target_state[source])
+
+    def init_trainable(self, seed: int, std: float = 0.02) -> None:
+        """Deterministic random fc/layer weights (norm weights one, biases zero)."""
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if not name.startswith(TRAINABLE_PREFIXES):
+                    continue
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                elif name.endswith("bias"):
+                    param.zero_()
+                else:
+                    sample = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+                    param.copy_(sample * std)
+
+
+# ---- construction, save and load --------------------------------------------------------
+
+
+def head_from_target_state(
+    target: ModelConfig,
+    target_state: dict[str, torch.Tensor],
+    seed: int,
+    num_layers: int = 1,
+) -> EagleHead:
+    """A head with random trainable weights over an in-memory target state (fp32, CPU)."""
+    head = EagleHead(EagleConfig(target=target, num_layers=num_layers))
+    head.init_trainable(seed)
+    head.load_target_parts(target_state)
+    return head.eval()
+
+
+def random_head(
+    target_checkpoint: Path,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> EagleHead:
+    """Random fc + layer over a target checkpoint dir (config.json + *.safetensors).
+
+    For a GGUF target, pass ``model_runtime.loading.resolve_checkpoint(gguf, cache_root)``.
+    """
+    target = read_target_config(target_checkpoint)
+    head = head_from_target_state(target, read_target_parts(target_checkpoint), seed)
+    return head.to(device=device, dtype=dtype)
+
+
+def save_head(head: EagleHead, head_dir: Path) -> None:
+    """Writes eagle_config.json and the trainable weights; the target parts are not saved."""
+    from safetensors.torch import save_file
+
+    head_dir.mkdir(parents=True, exist_ok=True)
+    (head_dir / CONFIG_FILE).write_text(head.config.to_json())
+    state = {k: v.detach().contiguous().cpu() for k, v in head.trainable_state_dict().items()}
+    save_file(state, head_dir / WEIGHTS_FILE)
+
+
+def load_head(
+    head_dir: Path,
+    target_checkpoint: Path,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> EagleHead:
+    """Loads a head saved by save_head over the target checkpoint it was trained for."""
+    from safetensors.torch import load_file
+
+    config = EagleConfig.from_json((head_dir / CONFIG_FILE).read_text())
+    check_same_shape(config.target, read_target_config(target_checkpoint))
+    head = EagleHead(config)
+    trainable = load_file(head_dir / WEIGHTS_FILE)
+    expected = set(head.trainable_state_dict())
+    if set(trainable) != expected:
+        raise ValueError(f"head weights mismatch: {sorted(set(trainable) ^ expected)}")
+    head.load_state_dict(trainable, strict=False)
+    head.load_target_parts(read_target_parts(target_checkpoint))
+    return head.to(device=device, dtype=dtype).eval()
+
+
+def read_target_config(target_checkpoint: Path) -> ModelConfig:
+    from transformers import AutoConfig
+
+    return ModelConfig.from_hf(AutoConfig.from_pretrained(target_checkpoint))
+
+
+def read_target_parts(target_checkpoint: Path) -> dict[str, torch.Tensor]:
+    """Only the embedding, final norm and lm_head tensors of a safetensors checkpoint."""
+    from safetensors import safe_open
+
+    shards = sorted(target_checkpoint.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no *.safetensors in {target_checkpoint}")
+    found: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        with safe_open(str(shard), framework="pt") as f:
+            for key in set(TARGET_KEYS) & set(f.keys()):
+                found[key] = f.get_tensor(key)
+    return found
+
+
+def check_same_shape(saved: ModelConfig, target: ModelConfig) -> None:
+    """A head only fits the target shape it was built for (the name may differ)."""
+    a, b = asdict(saved), asdict(target)
+    diff = [k for k in a if k != "name" and a[k] != b[k]]
+    if diff:
+        raise ValueError(f"head was built for another target: {diff} differ")
