@@ -70,7 +70,13 @@ class Speculation:
                 with attempt:
                     reply = await replica.stub.Propose(request, timeout=self.pool.timeout_s)
         except grpc.aio.AioRpcError as err:
-            self._lose_replica(replica, f"Propose: {err.code().name}")
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                # Our message was wrong, not the replica: resend whole contexts next time.
+                log.error("replica %s refused a Propose: %s", replica.address, err.details())
+                for req in reqs:
+                    req.draft_synced, req.pending_update = False, None
+            else:
+                self._lose_replica(replica, f"Propose: {err.code().name}")
             return []
         trees = []
         for req, tree in zip(reqs, reply.trees, strict=False):
@@ -124,7 +130,9 @@ class Speculation:
         start = req.num_computed  # before the commit: the root's position
         req.pending_update = draft_pb2.ContextUpdate(
             request_id=req.request_id, start_pos=start + 1, token_ids=result.token_ids,
-            hidden_start_pos=start, hidden=result.hidden)
+            hidden_start_pos=start)
+        if result.HasField("hidden"):
+            req.pending_update.hidden.CopyFrom(result.hidden)
 
     # ---- catching a replica up -------------------------------------------------------------
 
