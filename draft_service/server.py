@@ -114,18 +114,10 @@ def build_drafter(config: DraftConfig) -> Drafter:
 
 
 def _build_eagle(config: DraftConfig) -> Drafter:
-    # The agreed entry point: build_eagle_drafter(config) loads the head (config.eagle_head) and
-    # the target parts it shares (config.model_path) onto config.device in config.dtype.
-    try:
-        from draft_service.eagle.drafter import (  # type: ignore[attr-defined]
-            build_eagle_drafter,
-        )
-    except ImportError as err:
-        raise SystemExit(
-            "draft: method eagle needs draft_service.eagle.drafter.build_eagle_drafter"
-            f"(config: DraftConfig) -> Drafter, which cannot be imported here ({err})"
-        ) from err
-    return build_eagle_drafter(config)
+    from draft_service.eagle.factory import build_eagle_drafter  # torch model code: load on demand
+
+    return build_eagle_drafter(config.model_path, config.eagle_head, config.cache_dir,
+                               config.shape, config.dtype, config.device)
 
 
 def overload_errors(config: DraftConfig) -> tuple[type[Exception], ...]:

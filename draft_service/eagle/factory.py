@@ -1,0 +1,31 @@
+"""Builds an EagleDrafter from the draft service's configuration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from draft_service.drafter import Drafter, TreeShape
+from draft_service.eagle.drafter import EagleDrafter
+from draft_service.eagle.head import load_head, random_head
+from model_runtime.loading import default_model_path, resolve_checkpoint
+
+log = logging.getLogger("splitspec.draft")
+
+DEFAULT_DRAFT_SLOTS = 65536  # draft KV rows: one per context token held across requests
+
+
+def build_eagle_drafter(model_path: Path | None, head_dir: Path | None, cache_dir: Path,
+                        shape: TreeShape, dtype: str, device: str,
+                        num_slots: int = DEFAULT_DRAFT_SLOTS) -> Drafter:
+    """The head's embedding, final norm and LM head come from the target's own checkpoint."""
+    checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
+    torch_dtype = getattr(torch, dtype)
+    if head_dir is None:
+        log.warning("no --eagle-head: random head weights (lossless, but accepts almost nothing)")
+        head = random_head(checkpoint, seed=0, dtype=torch_dtype, device=device)
+    else:
+        head = load_head(head_dir, checkpoint, torch_dtype, device)
+    return EagleDrafter(head, shape, num_slots)
