@@ -47,8 +47,11 @@ class NgramContextDrafter(Drafter):
     def __init__(self, shape: TreeShape, min_ngram: int = 1, max_ngram: int = 4) -> None:
         self.shape = shape
         self._ngram = NgramDrafter(
-            min_ngram=min_ngram, max_ngram=max_ngram, num_draft_tokens=shape.num_draft_tokens,
-            max_breadth=shape.topk, max_depth=shape.num_steps,
+            min_ngram=min_ngram,
+            max_ngram=max_ngram,
+            num_draft_tokens=shape.num_draft_tokens,
+            max_breadth=shape.topk,
+            max_depth=shape.num_steps,
         )
         self._num_tokens: dict[str, int] = {}  # presence means "held", even with 0 tokens
 

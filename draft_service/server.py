@@ -24,8 +24,16 @@ from splitspec.paths import default_cache_dir
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
 METHODS = ("ngram", "eagle", "scripted", "recording")
-DTYPES = {"float32": "float32", "fp32": "float32", "float64": "float64", "fp64": "float64",
-          "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float64": "float64",
+    "fp64": "float64",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 @dataclass(frozen=True)
@@ -60,28 +68,43 @@ class DraftConfig:
 
     @property
     def shape(self) -> TreeShape:
-        return TreeShape(num_steps=self.num_steps, topk=self.topk,
-                         num_draft_tokens=self.num_draft_tokens)
+        return TreeShape(
+            num_steps=self.num_steps, topk=self.topk, num_draft_tokens=self.num_draft_tokens
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50071)
-    parser.add_argument("--method", default="ngram", choices=METHODS,
-                        help="scripted and recording are for tests only")
+    parser.add_argument(
+        "--method",
+        default="ngram",
+        choices=METHODS,
+        help="scripted and recording are for tests only",
+    )
     parser.add_argument("--num-steps", type=int, default=5, help="tree depth (draft steps)")
     parser.add_argument("--topk", type=int, default=4, help="children expanded per node")
-    parser.add_argument("--num-draft-tokens", type=int, default=16,
-                        help="most nodes of a tree, root included")
-    parser.add_argument("--device", default=None,
-                        help="default: cuda when available for eagle, else cpu")
+    parser.add_argument(
+        "--num-draft-tokens", type=int, default=16, help="most nodes of a tree, root included"
+    )
+    parser.add_argument(
+        "--device", default=None, help="default: cuda when available for eagle, else cpu"
+    )
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--model", type=Path, default=None, help="target model path (eagle)")
     parser.add_argument("--eagle-head", type=Path, default=None, help="EAGLE head folder (eagle)")
-    parser.add_argument("--script", type=Path, default=None,
-                        help="scripted: JSON list of token-id sequences to propose from")
-    parser.add_argument("--record-dir", type=Path, default=None,
-                        help="recording: writes DIR/<request_id>.json on every update")
+    parser.add_argument(
+        "--script",
+        type=Path,
+        default=None,
+        help="scripted: JSON list of token-id sequences to propose from",
+    )
+    parser.add_argument(
+        "--record-dir",
+        type=Path,
+        default=None,
+        help="recording: writes DIR/<request_id>.json on every update",
+    )
     parser.add_argument("--cache-dir", type=Path, default=None)
 
 
@@ -90,10 +113,18 @@ def config_from_args(args: argparse.Namespace) -> DraftConfig:
     if device is None:
         device = "cuda" if args.method == "eagle" and torch.cuda.is_available() else "cpu"
     return DraftConfig(
-        method=args.method, cache_dir=args.cache_dir or default_cache_dir(), host=args.host,
-        port=args.port, num_steps=args.num_steps, topk=args.topk,
-        num_draft_tokens=args.num_draft_tokens, device=device, dtype=DTYPES[args.dtype],
-        model_path=args.model, eagle_head=args.eagle_head, script=args.script,
+        method=args.method,
+        cache_dir=args.cache_dir or default_cache_dir(),
+        host=args.host,
+        port=args.port,
+        num_steps=args.num_steps,
+        topk=args.topk,
+        num_draft_tokens=args.num_draft_tokens,
+        device=device,
+        dtype=DTYPES[args.dtype],
+        model_path=args.model,
+        eagle_head=args.eagle_head,
+        script=args.script,
         record_dir=args.record_dir,
     )
 
@@ -116,8 +147,14 @@ def build_drafter(config: DraftConfig) -> Drafter:
 def _build_eagle(config: DraftConfig) -> Drafter:
     from draft_service.eagle.factory import build_eagle_drafter  # torch model code: load on demand
 
-    return build_eagle_drafter(config.model_path, config.eagle_head, config.cache_dir,
-                               config.shape, config.dtype, config.device)
+    return build_eagle_drafter(
+        config.model_path,
+        config.eagle_head,
+        config.cache_dir,
+        config.shape,
+        config.dtype,
+        config.device,
+    )
 
 
 def overload_errors(config: DraftConfig) -> tuple[type[Exception], ...]:
@@ -131,17 +168,22 @@ def overload_errors(config: DraftConfig) -> tuple[type[Exception], ...]:
 
 def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
     return draft_pb2.DraftInfo(
-        method=drafter.method, needs_hidden=drafter.needs_hidden,
-        hidden_size=int(getattr(drafter, "hidden_size", 0)), num_steps=config.num_steps,
-        topk=config.topk, num_draft_tokens=config.num_draft_tokens, device=config.device,
+        method=drafter.method,
+        needs_hidden=drafter.needs_hidden,
+        hidden_size=int(getattr(drafter, "hidden_size", 0)),
+        num_steps=config.num_steps,
+        topk=config.topk,
+        num_draft_tokens=config.num_draft_tokens,
+        device=config.device,
         dtype=config.dtype,
     )
 
 
 def serve(config: DraftConfig) -> None:
     drafter = build_drafter(config)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=config.max_workers),
-                         options=CHANNEL_OPTIONS)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.max_workers), options=CHANNEL_OPTIONS
+    )
     engine = DraftEngine(drafter, overload_errors(config))
     servicer = DraftServicer(engine, draft_info(drafter, config))
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
@@ -150,9 +192,16 @@ def serve(config: DraftConfig) -> None:
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"draft: cannot bind {address}")
     server.start()
-    log.info("draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
-             drafter.method, address, config.device, config.dtype, config.num_steps, config.topk,
-             config.num_draft_tokens)
+    log.info(
+        "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
+        drafter.method,
+        address,
+        config.device,
+        config.dtype,
+        config.num_steps,
+        config.topk,
+        config.num_draft_tokens,
+    )
     server.wait_for_termination()
 
 

@@ -65,8 +65,7 @@ class DraftEngine:
     batched forward, changing nothing on error) gets a Propose's updates in one call.
     """
 
-    def __init__(self, drafter: Drafter,
-                 overload_errors: tuple[type[Exception], ...] = ()) -> None:
+    def __init__(self, drafter: Drafter, overload_errors: tuple[type[Exception], ...] = ()) -> None:
         self.drafter = drafter
         self.overload_errors = overload_errors
         self._lock = threading.Lock()
@@ -79,14 +78,18 @@ class DraftEngine:
             trees = [self._retried(item) for item in items]  # checks every item before appending
             new = [item for item, tree in zip(items, trees, strict=True) if tree is None]
             mismatched = self._append(new)
-            fresh = [i for i, tree in enumerate(trees)
-                     if tree is None and items[i].chunk.request_id not in mismatched]
+            fresh = [
+                i
+                for i, tree in enumerate(trees)
+                if tree is None and items[i].chunk.request_id not in mismatched
+            ]
             proposed = self._propose([items[i].chunk.request_id for i in fresh])
             for i, tree in zip(fresh, proposed, strict=True):
                 trees[i] = tree
                 if tree is not None:
                     self._last[items[i].chunk.request_id] = _Proposed(
-                        items[i].round, items[i].fingerprint(), tree)
+                        items[i].round, items[i].fingerprint(), tree
+                    )
         return trees
 
     def _retried(self, item: RoundItem) -> DraftTree | None:
@@ -94,8 +97,10 @@ class DraftEngine:
         if last is None or last.round != item.round:
             return None
         if last.fingerprint != item.fingerprint():
-            raise InvalidDraftInput(f"round {item.round} of request {item.chunk.request_id!r} "
-                                    "was already proposed from a different update")
+            raise InvalidDraftInput(
+                f"round {item.round} of request {item.chunk.request_id!r} "
+                "was already proposed from a different update"
+            )
         return last.tree
 
     def _append(self, items: Sequence[RoundItem]) -> set[str]:
@@ -173,14 +178,19 @@ def _check_ingest(chunks: Sequence[ContextChunk]) -> None:
     num_tokens = num_hidden = 0
     for i, chunk in enumerate(chunks):
         if chunk.request_id != request_id:
-            raise InvalidDraftInput(f"Ingest chunk {i} is for {chunk.request_id!r}, "
-                                    f"not {request_id!r}: one request per stream")
+            raise InvalidDraftInput(
+                f"Ingest chunk {i} is for {chunk.request_id!r}, "
+                f"not {request_id!r}: one request per stream"
+            )
         if chunk.start_pos != num_tokens:
-            raise InvalidDraftInput(f"Ingest chunk {i} starts at token {chunk.start_pos}, "
-                                    f"expected {num_tokens}")
+            raise InvalidDraftInput(
+                f"Ingest chunk {i} starts at token {chunk.start_pos}, expected {num_tokens}"
+            )
         if num_rows(chunk) and chunk.hidden_start_pos != num_hidden:
-            raise InvalidDraftInput(f"Ingest chunk {i} starts hidden rows at "
-                                    f"{chunk.hidden_start_pos}, expected {num_hidden}")
+            raise InvalidDraftInput(
+                f"Ingest chunk {i} starts hidden rows at "
+                f"{chunk.hidden_start_pos}, expected {num_hidden}"
+            )
         num_tokens += len(chunk.token_ids)
         num_hidden += num_rows(chunk)
 
@@ -198,18 +208,25 @@ def chunk_from_pb(update: draft_pb2.ContextUpdate) -> ContextChunk:
         except ValueError as err:
             raise InvalidDraftInput(f"request {update.request_id!r}: hidden: {err}") from err
         if hidden.dim() != 2:
-            raise InvalidDraftInput(f"request {update.request_id!r}: hidden must be "
-                                    f"[rows, hidden_size], got shape {tuple(hidden.shape)}")
+            raise InvalidDraftInput(
+                f"request {update.request_id!r}: hidden must be "
+                f"[rows, hidden_size], got shape {tuple(hidden.shape)}"
+            )
         hidden = hidden if hidden.shape[0] else None
-    return ContextChunk(update.request_id, update.start_pos, token_ids,
-                        update.hidden_start_pos, hidden)
+    return ContextChunk(
+        update.request_id, update.start_pos, token_ids, update.hidden_start_pos, hidden
+    )
 
 
 def tree_to_pb(request_id: str, tree: DraftTree | None) -> draft_pb2.DraftTree:
     if tree is None:
         return draft_pb2.DraftTree(request_id=request_id, needs_context=True)
-    return draft_pb2.DraftTree(request_id=request_id, token_ids=tree.token_ids,
-                               parent_indices=tree.parent_indices, scores=tree.scores or [])
+    return draft_pb2.DraftTree(
+        request_id=request_id,
+        token_ids=tree.token_ids,
+        parent_indices=tree.parent_indices,
+        scores=tree.scores or [],
+    )
 
 
 class DraftServicer(draft_pb2_grpc.DraftModelServicer):
@@ -218,20 +235,23 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         self.info = info
 
     def Propose(self, request, context):  # noqa: N802 (gRPC naming)
-        items = _guard(context, lambda: [RoundItem(chunk_from_pb(it.update), it.round)
-                                         for it in request.items])
+        items = _guard(
+            context, lambda: [RoundItem(chunk_from_pb(it.update), it.round) for it in request.items]
+        )
         trees = _guard(context, lambda: self.engine.propose(items))
         pairs = zip(items, trees, strict=True)
         return draft_pb2.ProposeResponse(
-            trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs])
+            trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs]
+        )
 
     def Ingest(self, request_iterator, context):  # noqa: N802
         # The whole stream is read before the engine's lock is taken: a slow sender must not
         # stall other requests' rounds.
         chunks = _guard(context, lambda: [chunk_from_pb(c.update) for c in request_iterator])
         result = _guard(context, lambda: self.engine.ingest(chunks))
-        return draft_pb2.IngestResponse(num_tokens=result.num_tokens,
-                                        num_hidden_rows=result.num_hidden_rows)
+        return draft_pb2.IngestResponse(
+            num_tokens=result.num_tokens, num_hidden_rows=result.num_hidden_rows
+        )
 
     def Release(self, request, context):  # noqa: N802
         return draft_pb2.ReleaseResponse(num_released=self.engine.release(request.request_ids))

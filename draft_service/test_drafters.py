@@ -38,8 +38,9 @@ def load_scripts(path: Path) -> list[list[int]]:
     return [list(s) for s in data]
 
 
-def script_continuation(scripts: Sequence[Sequence[int]], context: Sequence[int],
-                        max_tokens: int) -> list[int]:
+def script_continuation(
+    scripts: Sequence[Sequence[int]], context: Sequence[int], max_tokens: int
+) -> list[int]:
     """What `ScriptedDrafter` proposes after `context` (the tokens after the root).
 
     The rule: for every script s and every end position j (1 <= j <= len(s)), the alignment
@@ -99,9 +100,11 @@ class ScriptedDrafter(Drafter):
         if not context:
             raise ContextMismatch(f"request {request_id!r} holds no tokens to root a tree")
         chain = script_continuation(self.scripts, context, self.shape.num_draft_tokens - 1)
-        return DraftTree(token_ids=[context[-1], *chain],
-                         parent_indices=list(range(-1, len(chain))),
-                         scores=[1.0] * (len(chain) + 1))
+        return DraftTree(
+            token_ids=[context[-1], *chain],
+            parent_indices=list(range(-1, len(chain))),
+            scores=[1.0] * (len(chain) + 1),
+        )
 
     def release(self, request_id: str) -> bool:
         return self._contexts.pop(request_id, None) is not None
@@ -184,12 +187,15 @@ class RecordingDrafter(Drafter):
         if chunk.hidden.dim() != 2:
             raise ValueError(f"hidden rows must be 2-D, got shape {tuple(chunk.hidden.shape)}")
         if self.hidden_size and chunk.hidden.shape[1] != self.hidden_size:
-            raise ValueError(f"hidden rows have {chunk.hidden.shape[1]} columns, "
-                             f"expected {self.hidden_size}")
+            raise ValueError(
+                f"hidden rows have {chunk.hidden.shape[1]} columns, expected {self.hidden_size}"
+            )
         num_held = record.num_hidden_rows if chunk.request_id in self._held else 0
         if chunk.hidden_start_pos != num_held:
-            raise ContextMismatch(f"request {chunk.request_id!r} holds {num_held} hidden rows; "
-                                  f"update starts them at {chunk.hidden_start_pos}")
+            raise ContextMismatch(
+                f"request {chunk.request_id!r} holds {num_held} hidden rows; "
+                f"update starts them at {chunk.hidden_start_pos}"
+            )
 
     def _apply(self, chunk: ContextChunk, record: RequestRecord) -> None:
         if chunk.request_id not in self._held:
@@ -206,8 +212,11 @@ class RecordingDrafter(Drafter):
             record.hidden_row_sums.extend(rows.sum(dim=1).tolist())
         record.num_hidden_rows += num_rows
         record.hidden_sum += chunk_sum
-        record.chunks.append(ChunkRecord(chunk.start_pos, len(chunk.token_ids),
-                                         chunk.hidden_start_pos, num_rows, chunk_sum))
+        record.chunks.append(
+            ChunkRecord(
+                chunk.start_pos, len(chunk.token_ids), chunk.hidden_start_pos, num_rows, chunk_sum
+            )
+        )
 
     def propose(self, request_ids: Sequence[str]) -> list[DraftTree]:
         return self._inner.propose(request_ids)

@@ -56,7 +56,7 @@ def build_metadata(
     allowed[:, :, 0] |= ~is_real_query
     offsets = torch.cumsum(num_new, 0) - num_new
     query_index = torch.where(is_real_query, offsets[:, None] + q[None, :], write_slots.numel())
-    flat_rows = (torch.arange(num_req, device=device)[:, None] * num_query + q[None, :])
+    flat_rows = torch.arange(num_req, device=device)[:, None] * num_query + q[None, :]
     token_rows = flat_rows[is_real_query]
     return AttentionMetadata(write_slots, query_index, key_slots, allowed[:, None], token_rows)
 

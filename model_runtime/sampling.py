@@ -38,7 +38,9 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def seeded_uniform(seed: torch.Tensor, position: torch.Tensor, salt: torch.Tensor | int) -> torch.Tensor:
+def seeded_uniform(
+    seed: torch.Tensor, position: torch.Tensor, salt: torch.Tensor | int
+) -> torch.Tensor:
     """Uniform floats in [0, 1), a pure function of (seed, position, salt)."""
     x = _hash32(torch.as_tensor(salt, device=seed.device) + 0x9E3779B9)
     x = _hash32(x ^ position)

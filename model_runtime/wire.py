@@ -7,8 +7,12 @@ import torch
 from protos import tensor_pb2
 
 _DTYPES = {
-    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
@@ -28,7 +32,9 @@ def tensor_from_pb(msg: tensor_pb2.Tensor, device: torch.device | str = "cpu") -
     shape = tuple(msg.shape)
     expected = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
     if len(msg.data) != expected:
-        raise ValueError(f"tensor of shape {shape} and {msg.dtype} needs {expected} bytes, got {len(msg.data)}")
+        raise ValueError(
+            f"tensor of shape {shape} and {msg.dtype} needs {expected} bytes, got {len(msg.data)}"
+        )
     if expected == 0:
         return torch.empty(shape, dtype=dtype, device=device)
     flat = torch.frombuffer(bytearray(msg.data), dtype=dtype)

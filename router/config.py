@@ -26,7 +26,13 @@ class RouterConfig:
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
 
     def __post_init__(self) -> None:
-        for name in ("max_queue", "max_running", "max_step_tokens", "default_max_new_tokens",
-                     "max_new_tokens_limit", "reserve_block"):
+        for name in (
+            "max_queue",
+            "max_running",
+            "max_step_tokens",
+            "default_max_new_tokens",
+            "max_new_tokens_limit",
+            "reserve_block",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -36,7 +36,9 @@ class DraftReplica:
 
 
 class DraftPool:
-    def __init__(self, addresses: list[str], timeout_s: float, probe_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, addresses: list[str], timeout_s: float, probe_interval_s: float = 1.0
+    ) -> None:
         self.replicas = [DraftReplica.connect(a) for a in addresses]
         self.timeout_s = timeout_s
         self.probe_interval_s = probe_interval_s
@@ -61,8 +63,12 @@ class DraftPool:
     def mark_failed(self, replica: DraftReplica, reason: str) -> set[str]:
         """Takes a replica out of rotation; returns the request ids it held."""
         if replica.healthy:
-            log.warning("draft replica %s failed (%s); its %d requests fall back", replica.address,
-                        reason, len(replica.request_ids))
+            log.warning(
+                "draft replica %s failed (%s); its %d requests fall back",
+                replica.address,
+                reason,
+                len(replica.request_ids),
+            )
         replica.healthy = False
         lost, replica.request_ids = replica.request_ids, set()
         return lost
@@ -91,8 +97,9 @@ class DraftPool:
         if not replica.healthy:
             return
         try:
-            await replica.stub.Release(draft_pb2.ReleaseRequest(request_ids=[request_id]),
-                                       timeout=self.timeout_s)
+            await replica.stub.Release(
+                draft_pb2.ReleaseRequest(request_ids=[request_id]), timeout=self.timeout_s
+            )
         except grpc.aio.AioRpcError:
             pass  # soft state: a replica that missed a release only wastes memory until restart
 

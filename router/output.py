@@ -20,7 +20,7 @@ from router.tokenizer import Tokenizer
 class Committed:
     token_ids: list[int]  # tokens kept from this block (a stop token id included)
     text: str
-    finish_reason: int = pb.FINISH_REASON_UNSPECIFIED
+    finish_reason: pb.FinishReason = pb.FINISH_REASON_UNSPECIFIED
     matched_stop: str = ""
 
 

@@ -27,8 +27,14 @@ class RadixNode:
 
     __slots__ = ("key", "slots", "parent", "children", "ref_count", "last_access", "node_id")
 
-    def __init__(self, key: list[int], slots: list[int], parent: "RadixNode | None",
-                 node_id: int, last_access: int) -> None:
+    def __init__(
+        self,
+        key: list[int],
+        slots: list[int],
+        parent: "RadixNode | None",
+        node_id: int,
+        last_access: int,
+    ) -> None:
         self.key = key
         self.slots = slots
         self.parent = parent
@@ -161,7 +167,7 @@ class RadixCache:
             m = _common_len(child.key, token_ids, pos)
             if m < len(child.key):
                 child = self._split(child, m)
-            mine = slots[pos:pos + m]
+            mine = slots[pos : pos + m]
             duplicates.extend(s for s, t in zip(mine, child.slots, strict=True) if s != t)
             child.last_access = now
             node, pos = child, pos + m
@@ -226,8 +232,9 @@ class RadixCache:
             total = len(owned) + self._allocator.num_free
             assert total == self._allocator.num_total, f"{total} slots accounted for"
 
-    def _check_subtree(self, node: RadixNode, tree_slots: list[int],
-                       counts: dict[str, int], leaves: set[RadixNode]) -> None:
+    def _check_subtree(
+        self, node: RadixNode, tree_slots: list[int], counts: dict[str, int], leaves: set[RadixNode]
+    ) -> None:
         assert node.ref_count >= 0
         for first, child in node.children.items():
             assert child.parent is node and child.key and child.key[0] == first
@@ -246,8 +253,9 @@ class RadixCache:
         it, so handles held by callers (``child`` itself) stay valid.
         """
         assert child.parent is not None and 0 < m < len(child.key)
-        upper = RadixNode(child.key[:m], child.slots[:m], child.parent, next(self._ids),
-                          child.last_access)
+        upper = RadixNode(
+            child.key[:m], child.slots[:m], child.parent, next(self._ids), child.last_access
+        )
         upper.ref_count = child.ref_count
         upper.children[child.key[m]] = child
         child.parent.children[child.key[0]] = upper

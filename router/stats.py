@@ -8,11 +8,17 @@ from dataclasses import dataclass, field
 from protos import generation_pb2 as pb
 
 
-def speculation_stats(verify_steps: int, draft_tokens: int, accepted_tokens: int) -> pb.SpeculationStats:
+def speculation_stats(
+    verify_steps: int, draft_tokens: int, accepted_tokens: int
+) -> pb.SpeculationStats:
     """Acceptance length counts committed tokens per verify step: accepted drafts + the bonus."""
     mean = (accepted_tokens + verify_steps) / verify_steps if verify_steps else 0.0
-    return pb.SpeculationStats(verify_steps=verify_steps, draft_tokens=draft_tokens,
-                               accepted_tokens=accepted_tokens, mean_acceptance_length=mean)
+    return pb.SpeculationStats(
+        verify_steps=verify_steps,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted_tokens,
+        mean_acceptance_length=mean,
+    )
 
 
 @dataclass
@@ -24,8 +30,13 @@ class ServerCounters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
 
-    def record_finish(self, completion_tokens: int, verify_steps: int = 0, draft_tokens: int = 0,
-                      accepted_tokens: int = 0) -> None:
+    def record_finish(
+        self,
+        completion_tokens: int,
+        verify_steps: int = 0,
+        draft_tokens: int = 0,
+        accepted_tokens: int = 0,
+    ) -> None:
         self.num_finished += 1
         self.num_generated_tokens += completion_tokens
         self.verify_steps += verify_steps

@@ -22,16 +22,21 @@ class TargetClient:
 
     async def forward(self, items: list[target_pb2.ForwardItem]) -> target_pb2.ForwardResponse:
         # Not retried: a Forward writes KV and advances per-request state on the target.
-        return await self.stub.Forward(target_pb2.ForwardRequest(items=items), timeout=self.timeout_s)
+        return await self.stub.Forward(
+            target_pb2.ForwardRequest(items=items), timeout=self.timeout_s
+        )
 
     async def verify(self, items: list[target_pb2.VerifyItem]) -> target_pb2.VerifyResponse:
         # Not retried either: compaction moves KV rows in place.
         return await self.stub.Verify(target_pb2.VerifyRequest(items=items), timeout=self.timeout_s)
 
-    async def read_hidden(self, request_id: str, start: int, end: int) -> AsyncIterator[target_pb2.HiddenChunk]:
+    async def read_hidden(
+        self, request_id: str, start: int, end: int
+    ) -> AsyncIterator[target_pb2.HiddenChunk]:
         call = self.stub.ReadHidden(
             target_pb2.ReadHiddenRequest(request_id=request_id, start_pos=start, end_pos=end),
-            timeout=self.timeout_s)
+            timeout=self.timeout_s,
+        )
         async for chunk in call:
             yield chunk
 

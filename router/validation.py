@@ -22,7 +22,9 @@ class Limits:
     default_max_new_tokens: int
 
 
-def prompt_ids(request: generation_pb2.GenerateRequest, tokenizer: Tokenizer, limits: Limits) -> list[int]:
+def prompt_ids(
+    request: generation_pb2.GenerateRequest, tokenizer: Tokenizer, limits: Limits
+) -> list[int]:
     kind = request.WhichOneof("input")
     if kind is None:
         raise InvalidRequest("input is empty: set one of text, messages or input_ids")
@@ -72,12 +74,15 @@ def sampling_options(
     stop_ids = frozenset(s.stop_token_ids)
     bad = [i for i in stop_ids if not 0 <= i < limits.vocab_size]
     if bad:
-        raise InvalidRequest(f"stop_token_ids out of vocabulary [0, {limits.vocab_size}): {bad[:8]}")
+        raise InvalidRequest(
+            f"stop_token_ids out of vocabulary [0, {limits.vocab_size}): {bad[:8]}"
+        )
     if len(s.stop) > MAX_STOP_STRINGS or any(not x for x in s.stop):
         raise InvalidRequest(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
     seed = s.seed if s.HasField("seed") else secrets.randbits(63)
-    return SamplingOptions(max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids,
-                           s.ignore_eos)
+    return SamplingOptions(
+        max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos
+    )
 
 
 def _max_new_tokens(s: generation_pb2.SamplingParams, prompt_len: int, limits: Limits) -> int:

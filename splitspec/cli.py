@@ -16,25 +16,36 @@ def _serve(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, print_generation
     from splitspec.launcher import LocalStack
 
-    target_args = ["--device", args.device, "--dtype", args.dtype, "--num-slots", str(args.num_slots)]
+    target_args = [
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--num-slots",
+        str(args.num_slots),
+    ]
     if args.model:
         target_args += ["--model", str(args.model)]
     router_args = ["--model", str(args.model)] if args.model else []
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args))
-    print(f"starting target and router (logs in {log_dir}); the first start converts the model once",
-          flush=True)
+    print(
+        f"starting target and router (logs in {log_dir}); the first start converts the model once",
+        flush=True,
+    )
     stack.start(timeout_s=args.start_timeout)
     try:
         print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
         print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
         for draft in stack.drafts:
-            print(f"draft  (internal, splitspec.draft.v1.DraftModel, {args.draft_method}): {draft.address}")
+            kind = f"splitspec.draft.v1.DraftModel, {args.draft_method}"
+            print(f"draft  (internal, {kind}): {draft.address}")
         sys.stdout.flush()
         if args.demo:
             print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
-            print_generation(stack.router_address,
-                             build_request(args.demo_prompt, True, args.demo_tokens, 0.0))
+            print_generation(
+                stack.router_address, build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
+            )
         if args.exit_after_demo:
             return 0
         print("\nserving; Ctrl-C stops every service", flush=True)
@@ -47,8 +58,18 @@ def _serve(args: argparse.Namespace) -> int:
 def _draft_args(args: argparse.Namespace) -> list[list[str]]:
     if args.draft_method == "off":
         return []
-    shape = ["--method", args.draft_method, "--num-steps", str(args.num_steps), "--topk",
-             str(args.topk), "--num-draft-tokens", str(args.num_draft_tokens), "--device", args.device]
+    shape = [
+        "--method",
+        args.draft_method,
+        "--num-steps",
+        str(args.num_steps),
+        "--topk",
+        str(args.topk),
+        "--num-draft-tokens",
+        str(args.num_draft_tokens),
+        "--device",
+        args.device,
+    ]
     if args.model:
         shape += ["--model", str(args.model)]
     if args.eagle_head:
@@ -60,8 +81,9 @@ def _generate(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, print_generation
 
     speculate = None if args.speculate is None else args.speculate == "on"
-    request = build_request(args.prompt, not args.raw, args.max_new_tokens, args.temperature,
-                            args.seed, speculate)
+    request = build_request(
+        args.prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate
+    )
     print_generation(args.address, request)
     return 0
 
@@ -72,8 +94,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--num-slots", type=int, default=32768)
-    p.add_argument("--draft-method", choices=["ngram", "eagle", "off"], default="ngram",
-                   help="drafter of the draft replicas (off: target-only)")
+    p.add_argument(
+        "--draft-method",
+        choices=["ngram", "eagle", "off"],
+        default="ngram",
+        help="drafter of the draft replicas (off: target-only)",
+    )
     p.add_argument("--num-draft-replicas", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")
     p.add_argument("--topk", type=int, default=4, help="children expanded per draft step")

@@ -30,17 +30,24 @@ class GenerationResult:
 
     def summary(self) -> str:
         f = self.final
-        line = (f"{len(self.token_ids)} tokens in {self.seconds:.2f} s = {self.tokens_per_s:.1f} tok/s"
-                f" | {self.num_items} stream items")
+        line = (
+            f"{len(self.token_ids)} tokens in {self.seconds:.2f} s = {self.tokens_per_s:.1f} tok/s"
+            f" | {self.num_items} stream items"
+        )
         if f is None:
             return line
-        line += (f" | finish {pb.FinishReason.Name(f.finish_reason).removeprefix('FINISH_REASON_').lower()}"
-                 f" | TTFT {f.timings.time_to_first_token_ms:.0f} ms"
-                 f" | prompt {f.usage.prompt_tokens} (cached {f.usage.cached_tokens})")
+        reason = pb.FinishReason.Name(f.finish_reason).removeprefix("FINISH_REASON_").lower()
+        line += (
+            f" | finish {reason}"
+            f" | TTFT {f.timings.time_to_first_token_ms:.0f} ms"
+            f" | prompt {f.usage.prompt_tokens} (cached {f.usage.cached_tokens})"
+        )
         s = f.speculation
         if s.verify_steps:
-            line += (f" | acceptance {s.mean_acceptance_length:.2f} tokens/step "
-                     f"({s.accepted_tokens}/{s.draft_tokens} drafts accepted)")
+            line += (
+                f" | acceptance {s.mean_acceptance_length:.2f} tokens/step "
+                f"({s.accepted_tokens}/{s.draft_tokens} drafts accepted)"
+            )
         return line
 
 
@@ -49,11 +56,14 @@ class Client:
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = generation_pb2_grpc.GenerationStub(self.channel)
 
-    def stream(self, request: pb.GenerateRequest, timeout_s: float = 600.0) -> Iterator[pb.GenerateResponse]:
+    def stream(
+        self, request: pb.GenerateRequest, timeout_s: float = 600.0
+    ) -> Iterator[pb.GenerateResponse]:
         yield from self.stub.Generate(request, timeout=timeout_s)
 
-    def generate(self, request: pb.GenerateRequest, echo: TextIO | None = None,
-                 timeout_s: float = 600.0) -> GenerationResult:
+    def generate(
+        self, request: pb.GenerateRequest, echo: TextIO | None = None, timeout_s: float = 600.0
+    ) -> GenerationResult:
         result = GenerationResult()
         started = time.perf_counter()
         for item in self.stream(request, timeout_s):
@@ -79,8 +89,14 @@ class Client:
         self.close()
 
 
-def build_request(prompt: str, chat: bool, max_new_tokens: int, temperature: float,
-                  seed: int | None = None, speculate: bool | None = None) -> pb.GenerateRequest:
+def build_request(
+    prompt: str,
+    chat: bool,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int | None = None,
+    speculate: bool | None = None,
+) -> pb.GenerateRequest:
     req = pb.GenerateRequest()
     if chat:
         req.messages.items.add(role="user", content=prompt)
@@ -95,7 +111,9 @@ def build_request(prompt: str, chat: bool, max_new_tokens: int, temperature: flo
     return req
 
 
-def print_generation(address: str, request: pb.GenerateRequest, out: TextIO = sys.stdout) -> GenerationResult:
+def print_generation(
+    address: str, request: pb.GenerateRequest, out: TextIO = sys.stdout
+) -> GenerationResult:
     with Client(address) as client:
         result = client.generate(request, echo=out)
     out.write("\n\n" + result.summary() + "\n")

@@ -30,7 +30,9 @@ def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str])
     _add_reflection(server, names)
 
 
-async def add_health_and_reflection_aio(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
+async def add_health_and_reflection_aio(
+    server: grpc.aio.Server, service_names: Iterable[str]
+) -> None:
     """The same for an asyncio server, whose health servicer is async."""
     names = list(service_names)
     servicer = health_aio.HealthServicer()
@@ -41,7 +43,9 @@ async def add_health_and_reflection_aio(server: grpc.aio.Server, service_names: 
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    reflection.enable_server_reflection(
+        [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
 
 
 def wait_healthy(address: str, timeout_s: float, service: str = "") -> bool:

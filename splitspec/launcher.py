@@ -47,7 +47,9 @@ class ServiceProcess:
             self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
             out = self._log
         self.process = subprocess.Popen(
-            self.command, stdout=out, stderr=subprocess.STDOUT if out else None,
+            self.command,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
             preexec_fn=_die_with_parent,
         )
 
@@ -55,12 +57,14 @@ class ServiceProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
-                                   f"{self._log_hint()}")
+                raise RuntimeError(
+                    f"{self.name} exited with code {self.process.returncode}{self._log_hint()}"
+                )
             if wait_healthy(self.address, timeout_s=1.0):
                 return
-        raise TimeoutError(f"{self.name} not healthy at {self.address} after {timeout_s:.0f} s"
-                           f"{self._log_hint()}")
+        raise TimeoutError(
+            f"{self.name} not healthy at {self.address} after {timeout_s:.0f} s{self._log_hint()}"
+        )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -94,8 +98,14 @@ def python_module(module: str, *args: str) -> list[str]:
 class LocalStack:
     """A router, a target and optional draft replicas on 127.0.0.1, started in order."""
 
-    def __init__(self, target_args: list[str], router_args: list[str], log_dir: Path | None = None,
-                 host: str = "127.0.0.1", draft_args: list[list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        target_args: list[str],
+        router_args: list[str],
+        log_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        draft_args: list[list[str]] | None = None,
+    ) -> None:
         self.host = host
         self.log_dir = log_dir
         target_port, router_port = free_port(host), free_port(host)
@@ -104,18 +114,37 @@ class LocalStack:
         self.target_address = f"{host}:{target_port}"
         self.router_address = f"{host}:{router_port}"
         self.target = ServiceProcess(
-            "target", python_module("target_service", "--host", host, "--port", str(target_port),
-                                    *target_args), self.target_address, self._log("target"))
+            "target",
+            python_module(
+                "target_service", "--host", host, "--port", str(target_port), *target_args
+            ),
+            self.target_address,
+            self._log("target"),
+        )
         self.router = ServiceProcess(
-            "router", python_module("router", "--host", host, "--port", str(router_port),
-                                    "--target", self.target_address, *router_args),
-            self.router_address, self._log("router"))
+            "router",
+            python_module(
+                "router",
+                "--host",
+                host,
+                "--port",
+                str(router_port),
+                "--target",
+                self.target_address,
+                *router_args,
+            ),
+            self.router_address,
+            self._log("router"),
+        )
 
     def _draft(self, index: int, args: list[str]) -> ServiceProcess:
         port = free_port(self.host)
         return ServiceProcess(
-            f"draft-{index}", python_module("draft_service", "--host", self.host, "--port", str(port),
-                                            *args), f"{self.host}:{port}", self._log(f"draft-{index}"))
+            f"draft-{index}",
+            python_module("draft_service", "--host", self.host, "--port", str(port), *args),
+            f"{self.host}:{port}",
+            self._log(f"draft-{index}"),
+        )
 
     def _log(self, name: str) -> Path | None:
         return None if self.log_dir is None else self.log_dir / f"{name}.log"

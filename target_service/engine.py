@@ -100,11 +100,18 @@ class TargetEngine:
         params = self._sampling_tensors(states, trees.start_pos)
         want_hidden = any(it.return_hidden for it in items)
         with torch.inference_mode():
-            out = run_verify(self.model, self.pools, self.table.slots, trees, params, greedy,
-                             want_hidden)
+            out = run_verify(
+                self.model, self.pools, self.table.slots, trees, params, greedy, want_hidden
+            )
         results = [
-            VerifyResult(ids, n, out.hidden[b, : n + 1] if it.return_hidden and out.hidden is not None else None)
-            for b, (it, ids, n) in enumerate(zip(items, out.token_ids, out.num_accepted, strict=True))
+            VerifyResult(
+                ids,
+                n,
+                out.hidden[b, : n + 1] if it.return_hidden and out.hidden is not None else None,
+            )
+            for b, (it, ids, n) in enumerate(
+                zip(items, out.token_ids, out.num_accepted, strict=True)
+            )
         ]
         return results, (time.perf_counter() - started) * 1e3
 
@@ -112,7 +119,9 @@ class TargetEngine:
         """Hidden rows of context positions [start, end) of a request, on the host."""
         state = self.table.get(request_id)
         if not 0 <= start <= end <= state.table_len:
-            raise InvalidStep(f"rows [{start}, {end}) outside the request's {state.table_len} slots")
+            raise InvalidStep(
+                f"rows [{start}, {end}) outside the request's {state.table_len} slots"
+            )
         slots = self.table.slots[state.row, start:end]
         with torch.inference_mode():
             return self.pools.hidden[slots].to("cpu")
@@ -145,7 +154,9 @@ class TargetEngine:
             raise InvalidStep("a request may appear once per step")
         total = sum(len(it.token_ids) for it in items)
         if total > self.config.max_batch_tokens:
-            raise InvalidStep(f"{total} tokens exceed max_batch_tokens {self.config.max_batch_tokens}")
+            raise InvalidStep(
+                f"{total} tokens exceed max_batch_tokens {self.config.max_batch_tokens}"
+            )
 
     def _check_item(self, item: StepItem, state: RequestState | None) -> None:
         if not item.token_ids:
@@ -178,18 +189,27 @@ class TargetEngine:
             check_tree(item.request_id, item.token_ids, item.parents, self.model_config.vocab_size)
             end = item.start_pos + len(item.token_ids)
             if item.start_pos < 1 or end > state.table_len + len(item.new_slots):
-                raise InvalidStep(f"request {item.request_id!r}: tree positions "
-                                  f"[{item.start_pos}, {end}) not covered by its slots")
+                raise InvalidStep(
+                    f"request {item.request_id!r}: tree positions "
+                    f"[{item.start_pos}, {end}) not covered by its slots"
+                )
             if end > self.model_config.max_position:
-                raise InvalidStep(f"request {item.request_id!r}: tree runs past position "
-                                  f"{self.model_config.max_position}")
+                raise InvalidStep(
+                    f"request {item.request_id!r}: tree runs past position "
+                    f"{self.model_config.max_position}"
+                )
             self.table.check_append(state, item.new_slots)
         self.table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
         return states
 
     def _tree_batch(self, items: list[VerifyItem], states: list[RequestState]) -> TreeBatch:
-        return pad_trees([it.token_ids for it in items], [it.parents for it in items],
-                         [s.row for s in states], [it.start_pos for it in items], self.device)
+        return pad_trees(
+            [it.token_ids for it in items],
+            [it.parents for it in items],
+            [s.row for s in states],
+            [it.start_pos for it in items],
+            self.device,
+        )
 
     # ---- the step -----------------------------------------------------------------------
 
@@ -209,8 +229,15 @@ class TargetEngine:
         num_new = [len(it.token_ids) for it in items]
         as_tensor = self._host_tensors
         return DeviceBatch(
-            *as_tensor(input_ids, positions, [s.row for s in states], token_rows, starts,
-                       num_new, sample_index),
+            *as_tensor(
+                input_ids,
+                positions,
+                [s.row for s in states],
+                token_rows,
+                starts,
+                num_new,
+                sample_index,
+            ),
             max_new=max(num_new),
             max_context=max(s + n for s, n in zip(starts, num_new, strict=True)),
         )
@@ -234,9 +261,13 @@ class TargetEngine:
         params = self._sampling_tensors(sampled, batch.positions[batch.sample_index] + 1)
         return sample(logits, params).tolist()  # the step's one device->host sync
 
-    def _sampling_tensors(self, states: list[RequestState], positions: torch.Tensor) -> SamplingTensors:
+    def _sampling_tensors(
+        self, states: list[RequestState], positions: torch.Tensor
+    ) -> SamplingTensors:
         specs = [s.sampling for s in states]
         floats = torch.tensor([[s.temperature, s.top_p] for s in specs], dtype=torch.float32)
-        ints = torch.tensor([[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64)
+        ints = torch.tensor(
+            [[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64
+        )
         floats, ints = floats.to(self.device), ints.to(self.device)
         return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)

@@ -67,7 +67,9 @@ class RequestTable:
 
     def check_append(self, state: RequestState, new_slots: list[int]) -> None:
         if state.table_len + len(new_slots) > self.width:
-            raise InvalidStep(f"slot table overflow: {state.table_len + len(new_slots)} > {self.width}")
+            raise InvalidStep(
+                f"slot table overflow: {state.table_len + len(new_slots)} > {self.width}"
+            )
         bad = [s for s in new_slots if not 0 <= s < self.num_slots]
         if bad:
             raise InvalidStep(f"slots out of range [0, {self.num_slots}): {bad[:5]}")

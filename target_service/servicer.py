@@ -6,8 +6,8 @@ import threading
 
 import grpc
 
-from protos import target_pb2, target_pb2_grpc
 from model_runtime.wire import tensor_to_pb
+from protos import target_pb2, target_pb2_grpc
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.request_table import SamplingSpec
@@ -28,8 +28,9 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
     if pb.HasField("sampling"):
         s = pb.sampling
         sampling = SamplingSpec(s.temperature, s.top_p, s.top_k, s.seed)
-    return StepItem(pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots),
-                    pb.sample, sampling)
+    return StepItem(
+        pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling
+    )
 
 
 class TargetServicer(target_pb2_grpc.TargetModelServicer):
@@ -48,27 +49,46 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         )
 
     def Verify(self, request, context):  # noqa: N802
-        items = [VerifyItem(it.request_id, it.start_pos, list(it.token_ids), list(it.parent_indices),
-                            list(it.new_slots), it.return_hidden) for it in request.items]
+        items = [
+            VerifyItem(
+                it.request_id,
+                it.start_pos,
+                list(it.token_ids),
+                list(it.parent_indices),
+                list(it.new_slots),
+                it.return_hidden,
+            )
+            for it in request.items
+        ]
         with self.lock:
             results, forward_ms = self._call(context, self.engine.verify, items)
         return target_pb2.VerifyResponse(
-            results=[target_pb2.VerifyResult(
-                token_ids=r.token_ids, num_accepted=r.num_accepted,
-                hidden=tensor_to_pb(r.hidden) if r.hidden is not None else None,
-            ) for r in results],
+            results=[
+                target_pb2.VerifyResult(
+                    token_ids=r.token_ids,
+                    num_accepted=r.num_accepted,
+                    hidden=tensor_to_pb(r.hidden) if r.hidden is not None else None,
+                )
+                for r in results
+            ],
             forward_ms=forward_ms,
         )
 
     def ReadHidden(self, request, context):  # noqa: N802
         rows_per_chunk = request.rows_per_chunk or HIDDEN_ROWS_PER_CHUNK
         with self.lock:
-            rows = self._call(context, self.engine.read_hidden, request.request_id,
-                              request.start_pos, request.end_pos)
+            rows = self._call(
+                context,
+                self.engine.read_hidden,
+                request.request_id,
+                request.start_pos,
+                request.end_pos,
+            )
         for offset in range(0, rows.shape[0], rows_per_chunk):
             chunk = rows[offset : offset + rows_per_chunk]
-            yield target_pb2.HiddenChunk(start_pos=request.start_pos + offset,
-                                         hidden=tensor_to_pb(chunk))
+            yield target_pb2.HiddenChunk(
+                start_pos=request.start_pos + offset, hidden=tensor_to_pb(chunk)
+            )
 
     def Release(self, request, context):  # noqa: N802
         with self.lock:

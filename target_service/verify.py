@@ -45,9 +45,15 @@ class VerifyOutput:
     hidden: torch.Tensor | None  # [B, N, H] on the host: row j of tree b is position start + j
 
 
-def run_verify(model: LlamaForCausalLM, pools: SlotPools, slot_table: torch.Tensor,
-               trees: TreeBatch, params: SamplingTensors, greedy: torch.Tensor,
-               want_hidden: bool) -> VerifyOutput:
+def run_verify(
+    model: LlamaForCausalLM,
+    pools: SlotPools,
+    slot_table: torch.Tensor,
+    trees: TreeBatch,
+    params: SamplingTensors,
+    greedy: torch.Tensor,
+    want_hidden: bool,
+) -> VerifyOutput:
     layout = tree_attention_mask(trees.parents, trees.valid)
     num_req, num_nodes = trees.tokens.shape
     node_ids = torch.arange(num_nodes, device=trees.tokens.device)
@@ -56,10 +62,17 @@ def run_verify(model: LlamaForCausalLM, pools: SlotPools, slot_table: torch.Tens
     real = trees.valid.flatten()
     write_slots = node_slots.flatten()[real]
     key_len = int((trees.start_pos + trees.num_nodes).max())
-    meta = build_metadata(write_slots, slot_table[trees.rows, :key_len], trees.start_pos,
-                          trees.num_nodes, num_nodes, new_token_mask=layout.ancestors)
-    hidden = model(trees.tokens.flatten()[real], positions.flatten()[real],
-                   (pools.k, pools.v), meta)
+    meta = build_metadata(
+        write_slots,
+        slot_table[trees.rows, :key_len],
+        trees.start_pos,
+        trees.num_nodes,
+        num_nodes,
+        new_token_mask=layout.ancestors,
+    )
+    hidden = model(
+        trees.tokens.flatten()[real], positions.flatten()[real], (pools.k, pools.v), meta
+    )
     pools.hidden.index_copy_(0, write_slots, hidden)
     logits = hidden.new_zeros((num_req * num_nodes, model.config.vocab_size), dtype=torch.float32)
     logits[real] = model.logits(hidden)
@@ -69,28 +82,44 @@ def run_verify(model: LlamaForCausalLM, pools: SlotPools, slot_table: torch.Tens
     return _read_back(trees, accepted, rows)
 
 
-def _accept(trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors,
-            greedy: torch.Tensor) -> Acceptance:
+def _accept(
+    trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors, greedy: torch.Tensor
+) -> Acceptance:
     by_argmax = greedy_accept(trees.tokens, trees.parents, trees.valid, logits.argmax(-1), layout)
     if bool(greedy.all()):  # known on the host already: no device sync
         return by_argmax
     num_req, num_nodes, vocab = logits.shape
-    per_node = SamplingTensors(*(t.repeat_interleave(num_nodes) for t in (
-        params.temperature, params.top_p, params.top_k, params.seed, params.position)))
+    per_node = SamplingTensors(
+        *(
+            t.repeat_interleave(num_nodes)
+            for t in (params.temperature, params.top_p, params.top_k, params.seed, params.position)
+        )
+    )
     probs = filtered_probs(logits.view(-1, vocab), per_node).view(num_req, num_nodes, vocab)
-    salts = torch.cat([torch.arange(num_nodes, device=logits.device) + NODE_SALT,
-                       torch.tensor([FINAL_SALT], device=logits.device)])
+    salts = torch.cat(
+        [
+            torch.arange(num_nodes, device=logits.device) + NODE_SALT,
+            torch.tensor([FINAL_SALT], device=logits.device),
+        ]
+    )
     coins = seeded_uniform(params.seed[:, None], trees.start_pos[:, None], salts[None, :])
     sampled = tree_rejection_sample(trees.tokens, trees.parents, trees.valid, probs, coins, layout)
     pick = greedy.to(logits.device)
-    return Acceptance(*(torch.where(pick[:, None] if a.dim() == 2 else pick, a, b)
-                        for a, b in zip(by_argmax, sampled, strict=True)))
+    return Acceptance(
+        *(
+            torch.where(pick[:, None] if a.dim() == 2 else pick, a, b)
+            for a, b in zip(by_argmax, sampled, strict=True)
+        )
+    )
 
 
-def _read_back(trees: TreeBatch, accepted: Acceptance,
-               hidden_rows: torch.Tensor | None) -> VerifyOutput:
+def _read_back(
+    trees: TreeBatch, accepted: Acceptance, hidden_rows: torch.Tensor | None
+) -> VerifyOutput:
     path_tokens = trees.tokens.gather(1, accepted.path.clamp(min=0))
-    packed = torch.cat([path_tokens, accepted.num_accepted[:, None], accepted.next_token[:, None]], 1)
+    packed = torch.cat(
+        [path_tokens, accepted.num_accepted[:, None], accepted.next_token[:, None]], 1
+    )
     rows = packed.tolist()  # the pass's one device->host sync for ids (hidden rows follow)
     hidden = hidden_rows.to("cpu") if hidden_rows is not None else None
     token_ids = [row[1 : 1 + row[-2]] + [row[-1]] for row in rows]

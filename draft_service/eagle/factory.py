@@ -17,9 +17,15 @@ log = logging.getLogger("splitspec.draft")
 DEFAULT_DRAFT_SLOTS = 65536  # draft KV rows: one per context token held across requests
 
 
-def build_eagle_drafter(model_path: Path | None, head_dir: Path | None, cache_dir: Path,
-                        shape: TreeShape, dtype: str, device: str,
-                        num_slots: int = DEFAULT_DRAFT_SLOTS) -> Drafter:
+def build_eagle_drafter(
+    model_path: Path | None,
+    head_dir: Path | None,
+    cache_dir: Path,
+    shape: TreeShape,
+    dtype: str,
+    device: str,
+    num_slots: int = DEFAULT_DRAFT_SLOTS,
+) -> Drafter:
     """The head's embedding, final norm and LM head come from the target's own checkpoint."""
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
     torch_dtype = getattr(torch, dtype)
