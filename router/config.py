@@ -23,6 +23,7 @@ class RouterConfig:
     speculate_by_default: bool = True  # requests may still switch it per call
     max_tree_tokens: int = 64  # most nodes (root included) of a verified tree; slots reserved ahead
     draft_timeout_s: float = 10.0  # deadline of drafter calls: a slow replica counts as lost
+    max_speculative_batch: int = 32  # more decoding requests than this: target-only steps
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
 
     def __post_init__(self) -> None:

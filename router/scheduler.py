@@ -113,13 +113,21 @@ class Scheduler:
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
         await self._finish(done)
-        await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
+        if not self._overloaded():
+            await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
+
+    def _overloaded(self) -> bool:
+        """Under load a wider batch beats longer trees: steps run target-only."""
+        num_decoding = sum(not r.is_prefilling for r in self.running)
+        return num_decoding > self.config.max_speculative_batch
 
     @staticmethod
     async def _maybe(call, items):
         return await call(items) if items else None
 
     async def _propose(self, plan: list[Planned]) -> dict:
+        if self._overloaded():
+            return {}
         ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]
         return await self.spec.propose(ready) if ready else {}
 

@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most nodes of a verified tree; larger trees are cut",
     )
     parser.add_argument("--draft-timeout", type=float, default=10.0)
+    parser.add_argument("--max-speculative-batch", type=int, default=32,
+                        help="above this many decoding requests, steps run target-only")
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
@@ -88,6 +90,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         speculate_by_default=args.speculate == "on",
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
+        max_speculative_batch=args.max_speculative_batch,
     )
 
 
