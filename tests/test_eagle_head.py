@@ -142,3 +142,23 @@ def test_config_json_round_trip() -> None:
     assert EagleConfig.from_json(config.to_json()) == config
     with pytest.raises(ValueError):
         EagleConfig.from_json('{"format": "other"}')
+
+
+def test_hot_vocab_restricts_proposals_and_survives_save_load(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "target"
+    save_tiny_checkpoint(checkpoint)
+    head = random_head(checkpoint, seed=5)
+    features = torch.randn(6, 32)
+    full_p, full_tokens = head.draft_distribution(features, 3)
+    logits = head.logits(features)
+    torch.testing.assert_close(full_p, torch.softmax(logits, -1).topk(3, -1).values)
+    hot = torch.tensor([3, 17, 42, 64, 80, 99])
+    head.set_hot_vocab(hot)
+    probs, tokens = head.draft_distribution(features, 3)
+    assert set(tokens.flatten().tolist()) <= set(hot.tolist())
+    expected = torch.softmax(logits[:, hot], -1).topk(3, -1)
+    torch.testing.assert_close(probs, expected.values)
+    assert torch.equal(tokens, hot[expected.indices])
+    save_head(head, tmp_path / "head")
+    loaded = load_head(tmp_path / "head", checkpoint, torch.float32, "cpu")
+    assert loaded.hot_token_ids is not None and torch.equal(loaded.hot_token_ids, hot)

@@ -60,15 +60,10 @@ def _top(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values[..., :k], indices[..., :k]
 
 
-def _top_tokens(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k draft probabilities and tokens over the vocabulary (distinct tokens per row)."""
-    return torch.softmax(logits, dim=-1).topk(k, dim=-1)
-
-
 def search_tree(head: EagleHead, kv: KVPools, inputs: SearchInputs, shape: TreeShape) -> Candidates:
     """Runs ``num_steps - 1`` head steps; returns all candidates (not yet reranked)."""
     k, num_req = shape.topk, inputs.root_features.shape[0]
-    scores, tokens = _top_tokens(head.logits(inputs.root_features), k)
+    scores, tokens = head.draft_distribution(inputs.root_features, k)
     device = tokens.device
     frontier = _Frontier(
         tokens=tokens,
@@ -83,7 +78,7 @@ def search_tree(head: EagleHead, kv: KVPools, inputs: SearchInputs, shape: TreeS
     num_found = k
     for step in range(1, shape.num_steps):
         features, allowed_tree = _run_frontier(head, kv, inputs, frontier, step)
-        child_p, child_tokens = _top_tokens(head.logits(features), k)  # [B, k, k]
+        child_p, child_tokens = head.draft_distribution(features, k)  # [B, k, k]
         child_scores = (frontier.scores[..., None] * child_p).flatten(1)
         child_parents = frontier.index[..., None].expand(-1, -1, k).flatten(1)
         found.append((child_tokens.flatten(1), child_scores, child_parents))
