@@ -1,0 +1,58 @@
+"""Speculation must respect the target's advertised limits (TargetInfo.max_batch_tokens).
+
+A target started with --max-batch-tokens 1024 takes at most 1024 tree tokens per Verify. With
+the router's defaults (--max-speculative-batch 32, --max-tree-tokens 64) and an EAGLE replica
+drafting 64-node trees, 24 concurrent requests make a 1536-token verify batch. The router has to
+keep within the limit (cut trees, split the batch, or send some requests target-only); what it
+does today is send the batch, get INVALID_ARGUMENT back and fail every request of the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from protos import generation_pb2 as pb
+from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
+    Router,
+    ids_request,
+    random_prompts,
+    running_stack,
+    tiny_model_dir_fixture,
+)
+
+MAX_BATCH_TOKENS = 1024
+TREE_TOKENS = 64
+NUM_REQUESTS = 24  # 24 * 64 = 1536 tree tokens, under --max-speculative-batch 32
+
+
+@pytest.fixture(scope="module")
+def limited_router(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> Iterator[Router]:
+    drafts = [["--method", "eagle", "--num-draft-tokens", str(TREE_TOKENS)]]
+    target = ["--max-batch-tokens", str(MAX_BATCH_TOKENS)]
+    log_dir = tmp_path_factory.mktemp("spec-target-limits")
+    with running_stack(log_dir, tiny_model_dir, drafts, target) as (_, client):
+        yield client
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=grpc.RpcError,
+    reason=(
+        "router bug: verify batches are not bounded by TargetInfo.max_batch_tokens; the target "
+        "refuses the Verify (INVALID_ARGUMENT) and the router fails every request of the step"
+    ),
+)
+def test_verify_batches_fit_the_target(limited_router: Router) -> None:
+    prompts = random_prompts(seed=3, count=NUM_REQUESTS, vocab_size=49152, max_len=20)
+    base = limited_router.generate_many([ids_request(p, 6, False) for p in prompts])
+    spec = limited_router.generate_many([ids_request(p, 6, True) for p in prompts])
+    for s, b in zip(spec, base, strict=True):
+        assert s.token_ids == b.token_ids
+        assert s.final.finish_reason == b.final.finish_reason != pb.FINISH_REASON_ABORT
+    assert sum(s.final.speculation.verify_steps for s in spec) > 0
