@@ -98,7 +98,7 @@ class Scheduler:
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
         forward_items = [self._forward_item(p) for p in plain]
-        verify_items = [self.spec.verify_item(req, tree) for req, tree in verify]
+        verify_items = self.spec.verify_items(verify)
         try:
             forward_reply, verify_reply = await asyncio.gather(
                 self._maybe(self.target.forward, forward_items),

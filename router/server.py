@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -141,6 +142,10 @@ async def serve(config: RouterConfig) -> None:
     await wait_for_target(config.target_address, config.connect_timeout_s)
     target = TargetClient(config.target_address, config.rpc_timeout_s)
     info = await target.info()
+    if config.max_step_tokens > info.max_batch_tokens:
+        log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
+                    config.max_step_tokens, info.max_batch_tokens)
+        config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
     lookahead = config.max_tree_tokens if config.draft_addresses else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
     pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s)
@@ -152,6 +157,7 @@ async def serve(config: RouterConfig) -> None:
         max_tree_tokens=config.max_tree_tokens,
         vocab_size=info.vocab_size,
         max_context=info.max_context_length,
+        max_verify_tokens=info.max_batch_tokens,
     )
     scheduler = Scheduler(config, tokenizer, target, kv, spec)
     limits = Limits(

@@ -42,6 +42,7 @@ class Speculation:
         max_tree_tokens: int,
         vocab_size: int,
         max_context: int,
+        max_verify_tokens: int,
     ) -> None:
         self.pool = pool
         self.target = target
@@ -50,6 +51,7 @@ class Speculation:
         self.max_tree_tokens = max_tree_tokens
         self.vocab_size = vocab_size
         self.max_context = max_context
+        self.max_verify_tokens = max_verify_tokens  # the target's max_batch_tokens
 
     def wanted(self, req: Request) -> bool:
         return bool(self.pool.replicas) and (
@@ -126,10 +128,20 @@ class Speculation:
 
     # ---- verifying ------------------------------------------------------------------------
 
-    def verify_item(self, req: Request, tree: draft_pb2.DraftTree) -> target_pb2.VerifyItem:
+    def verify_items(
+        self, verify: list[tuple[Request, draft_pb2.DraftTree]]
+    ) -> list[target_pb2.VerifyItem]:
+        """One Verify's items; trees are cut so that together they fit the target's batch."""
+        share = max(1, self.max_verify_tokens // max(1, len(verify)))
+        return [self.verify_item(req, tree, share) for req, tree in verify]
+
+    def verify_item(
+        self, req: Request, tree: draft_pb2.DraftTree, max_nodes: int
+    ) -> target_pb2.VerifyItem:
         """A well-formed tree rooted at the last committed token, with its slots reserved."""
         start = req.num_computed
-        tokens, parents = self._sanitize(req, tree, room=self.max_context - start)
+        room = min(self.max_context - start, max_nodes)
+        tokens, parents = self._sanitize(req, tree, room=room)
         self.kv.ensure_slots(req, start + len(tokens))
         item = target_pb2.VerifyItem(
             request_id=req.request_id,
