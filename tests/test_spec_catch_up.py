@@ -31,6 +31,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     tiny_model_dir_fixture,
 )
 
+pytestmark = pytest.mark.timeout(180)  # a hung service fails this module's test, not the run
 SHARED = 240
 RTOL = 1e-9
 

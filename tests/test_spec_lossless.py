@@ -30,6 +30,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     tiny_model_dir_fixture,
 )
 
+pytestmark = pytest.mark.timeout(300)  # a hung service fails this module's test, not the run
 NUM_PROMPTS = 50
 MAX_NEW_CHOICES = (1, 2, 5, 12, 24, 32, 48, 64)
 NUM_CUT_CASES = 6

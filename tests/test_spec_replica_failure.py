@@ -29,6 +29,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     tiny_model_dir_fixture,
 )
 
+pytestmark = pytest.mark.timeout(300)  # a hung service fails this module's test, not the run
 NUM_REQUESTS = 6
 MAX_NEW = 320
 RERUN_NEW = 80

@@ -22,6 +22,7 @@ from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.request_table import SamplingSpec
 from tests.helpers.spec_fixtures import TinyLlama, tiny_llama_dir
 
+pytestmark = pytest.mark.timeout(300)
 VOCAB = 8
 PROMPT = [3, 1, 4, 1, 5]
 NUM_SAMPLES = 20_000

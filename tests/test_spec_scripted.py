@@ -31,6 +31,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     tiny_model_dir_fixture,
 )
 
+pytestmark = pytest.mark.timeout(180)  # a hung service fails this module's test, not the run
 NUM_DRAFT_TOKENS = 8
 NUM_ROUNDS = 8
 MAX_NEW = 1 + NUM_DRAFT_TOKENS * NUM_ROUNDS  # the prefill's token, then full rounds
@@ -44,7 +45,9 @@ THIRD_BLOCK = range(1 + 2 * NUM_DRAFT_TOKENS, 1 + 3 * NUM_DRAFT_TOKENS)  # outpu
 class Env:
     router: Router
     tokenizer: Tokenizer
-    prompts: list[list[int]]  # [0]: random ids, [1]: the chat's ids, [2]: NEAR_LIMIT ids
+    # [0]: random ids, [1]: the chat's ids, [2]: NEAR_LIMIT ids, [3:6]: random ids used by one
+    # test each (so the radix cache holds nothing of them before it)
+    prompts: list[list[int]]
     expected: list[list[int]]  # greedy continuations, longer than MAX_NEW
     eos_end: int  # output position of prompts[0]'s extra EOS token
 
@@ -66,8 +69,8 @@ def router_model_with_eos(tokenizer_dir: Path, out_dir: Path, extra_eos: int) ->
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Env]:
     tokenizer = Tokenizer.from_model_path(str(tiny_model_dir))
-    randoms = random_prompts(seed=5, count=4, vocab_size=tokenizer.vocab_size, max_len=NEAR_LIMIT)
-    prompts = [randoms[3], tokenizer.apply_chat_template(CHAT), randoms[1]]
+    randoms = random_prompts(seed=5, count=7, vocab_size=tokenizer.vocab_size, max_len=NEAR_LIMIT)
+    prompts = [randoms[3], tokenizer.apply_chat_template(CHAT), randoms[1], *randoms[4:7]]
     assert len(prompts[2]) == NEAR_LIMIT
     expected = greedy_reference(tiny_model_dir, prompts, MAX_NEW + 2 * NUM_DRAFT_TOKENS)
     log_dir = tmp_path_factory.mktemp("spec-scripted")
@@ -219,3 +222,38 @@ def test_context_limit_cuts_the_tree(env: Env) -> None:
     stats = spec.final.speculation
     assert stats.verify_steps == 2
     assert stats.draft_tokens == stats.accepted_tokens == NUM_DRAFT_TOKENS - 1 + last_tree - 1
+
+
+CUTS = {"max_new_tokens": 3, "stop": 4, "bonus": 5}  # how the request ends -> prompt index
+
+
+@pytest.mark.parametrize("cut", list(CUTS))
+def test_cache_holds_exactly_the_computed_kept_tokens(env: Env, cut: str) -> None:
+    """A block cut by a limit or a stop string leaves computed KV past the kept tokens; a block
+    kept whole ends with the bonus token, whose KV is not computed yet. The radix cache must
+    hold the kept tokens whose KV exists, and that KV must be right: a request continuing from
+    prompt + kept tokens + 3 more is served from the cache up to there and must produce the
+    greedy continuation computed in this process (a target-only request shares a bad cache)."""
+    prompt, ids = env.prompts[CUTS[cut]], env.expected[CUTS[cut]]
+    if cut == "stop":
+        second_block = range(1 + NUM_DRAFT_TOKENS + 2, 1 + 2 * NUM_DRAFT_TOKENS - 1)
+        end, stop = next(
+            (e, s) for e in second_block if (s := stop_string_at(env.tokenizer, ids, e))
+        )
+        kept = end + 1
+        request = ids_request(prompt, MAX_NEW, True, stop=[stop], ignore_eos=True)
+    else:
+        kept = 1 + NUM_DRAFT_TOKENS + (3 if cut == "max_new_tokens" else NUM_DRAFT_TOKENS)
+        request = ids_request(prompt, kept, True, ignore_eos=True)
+    first = env.router.generate(request)
+    assert first.token_ids == ids[:kept]
+    assert [len(b) for b in first.blocks] == [1, NUM_DRAFT_TOKENS, kept - 1 - NUM_DRAFT_TOKENS]
+
+    computed = len(prompt) + kept - (1 if cut == "bonus" else 0)
+    follow = prompt + ids[: kept + 3]
+    spec = env.router.generate(ids_request(follow, 24, True, ignore_eos=True))
+    assert spec.final.usage.cached_tokens == computed
+    assert spec.token_ids == ids[kept + 3 : kept + 27]
+    # Target-only now (served from the follow-up's own cache entry): the same tokens.
+    base = env.router.generate(ids_request(follow, 24, False, ignore_eos=True))
+    assert base.token_ids == spec.token_ids

@@ -3,7 +3,8 @@
 A target started with --max-batch-tokens 1024 takes at most 1024 tree tokens per Verify. With
 the router's defaults (--max-speculative-batch 32, --max-tree-tokens 64) and an EAGLE replica
 drafting 64-node trees, 24 concurrent requests make a 1536-token verify batch. The router has to
-keep within the limit: it cuts the trees so that together they fit.
+keep within the limit: it cuts the trees so that together they fit. Likewise a router started
+with --max-step-tokens above the target's limit must not send a prefill chunk the target refuses.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     tiny_model_dir_fixture,
 )
 
+pytestmark = pytest.mark.timeout(180)  # a hung service fails this module's test, not the run
 MAX_BATCH_TOKENS = 1024
 TREE_TOKENS = 64
 NUM_REQUESTS = 24  # 24 * 64 = 1536 tree tokens, under --max-speculative-batch 32
@@ -33,8 +35,9 @@ def limited_router(
 ) -> Iterator[Router]:
     drafts = [["--method", "eagle", "--num-draft-tokens", str(TREE_TOKENS)]]
     target = ["--max-batch-tokens", str(MAX_BATCH_TOKENS)]
+    router = ["--max-step-tokens", str(2 * MAX_BATCH_TOKENS)]
     log_dir = tmp_path_factory.mktemp("spec-target-limits")
-    with running_stack(log_dir, tiny_model_dir, drafts, target) as (_, client):
+    with running_stack(log_dir, tiny_model_dir, drafts, target, router) as (_, client):
         yield client
 
 
@@ -46,3 +49,13 @@ def test_verify_batches_fit_the_target(limited_router: Router) -> None:
         assert s.token_ids == b.token_ids
         assert s.final.finish_reason == b.final.finish_reason != pb.FINISH_REASON_ABORT
     assert sum(s.final.speculation.verify_steps for s in spec) > 0
+
+
+def test_prefill_chunks_fit_the_target(limited_router: Router) -> None:
+    prompt = random_prompts(seed=4, count=2, vocab_size=49152, max_len=MAX_BATCH_TOKENS + 400)[1]
+    assert len(prompt) > MAX_BATCH_TOKENS
+    spec, base = limited_router.generate_many(
+        [ids_request(prompt, 6, True), ids_request(prompt, 6, False)]
+    )
+    assert spec.token_ids == base.token_ids
+    assert spec.final.finish_reason == pb.FINISH_REASON_LENGTH
