@@ -1,0 +1,119 @@
+"""Fixtures for end-to-end tests: real target + router processes on the default model.
+
+``stack`` is one LocalStack shared by the whole session (SmolLM2-135M, CPU, fp32); tests that
+need their own settings (a tiny KV pool, other limits) start one through ``make_stack`` or
+``stack_launcher``. Every process started here is stopped at the end of its scope, whether the
+tests passed or not; the launcher's PR_SET_PDEATHSIG also ends them if pytest itself dies.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports grpc: with fork support on, a child that LocalStack spawns while this
+# process has live channels may abort before exec (see test_e2e_launcher.py, xfail). Off, the
+# spawn path runs no gRPC fork handlers; the services themselves never fork.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+from collections.abc import Callable, Iterator, Sequence  # noqa: E402
+
+import pytest  # noqa: E402
+
+from splitspec.launcher import LocalStack  # noqa: E402
+from tests.helpers.reference import HFReference, TieCase  # noqa: E402
+from tests.helpers.rpc import Router  # noqa: E402
+
+START_TIMEOUT_S = 300.0  # first start on an empty cache converts the GGUF (~15 s)
+CPU_FP32 = ["--device", "cpu", "--dtype", "float32"]
+
+StackFactory = Callable[..., LocalStack]
+
+_TIE_CASES: list[TieCase] = []
+
+
+class StackLauncher:
+    """Starts stacks with their logs under pytest's temp dir and stops each exactly once."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.running: list[LocalStack] = []
+
+    def start(
+        self, name: str, target_args: Sequence[str] = (), router_args: Sequence[str] = ()
+    ) -> LocalStack:
+        log_dir = self.tmp_path_factory.mktemp(f"stack-{name}")
+        stack = LocalStack([*CPU_FP32, *target_args], list(router_args), log_dir=log_dir)
+        stack.start(timeout_s=START_TIMEOUT_S)  # stops what it started if it fails
+        self.running.append(stack)
+        return stack
+
+    def stop(self, stack: LocalStack) -> None:
+        if stack in self.running:
+            self.running.remove(stack)
+            stack.stop()
+
+    def stop_all(self) -> None:
+        for stack in reversed(list(self.running)):
+            self.stop(stack)
+
+
+@pytest.fixture(scope="session")
+def stack_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackLauncher]:
+    launcher = StackLauncher(tmp_path_factory)
+    try:
+        yield launcher
+    finally:
+        launcher.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stack(stack_launcher: StackLauncher) -> LocalStack:
+    """The shared stack: default model and settings. Tests must leave it idle."""
+    return stack_launcher.start("shared")
+
+
+@pytest.fixture
+def make_stack(stack_launcher: StackLauncher) -> Iterator[StackFactory]:
+    """Starts a stack of one's own, e.g. ``make_stack("tiny", target_args=["--num-slots",
+    "600"])``; it is stopped when the test ends."""
+    mine: list[LocalStack] = []
+
+    def make(
+        name: str, target_args: Sequence[str] = (), router_args: Sequence[str] = ()
+    ) -> LocalStack:
+        mine.append(stack_launcher.start(name, target_args, router_args))
+        return mine[-1]
+
+    try:
+        yield make
+    finally:
+        for s in mine:
+            stack_launcher.stop(s)
+
+
+@pytest.fixture(scope="session")
+def router(stack: LocalStack) -> Iterator[Router]:
+    client = Router(stack.router_address)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def hf() -> HFReference:
+    """HF transformers on the same GGUF, loaded on first use (~11 s)."""
+    return HFReference()
+
+
+@pytest.fixture(scope="session")
+def tie_cases() -> list[TieCase]:
+    """Allowed differences at near-ties; listed at the end of the run."""
+    return _TIE_CASES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _TIE_CASES:
+        terminalreporter.section("greedy tie cases (allowed: HF top-2 gap < 1e-2)")
+        for case in _TIE_CASES:
+            terminalreporter.write_line(str(case))

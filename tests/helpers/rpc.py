@@ -1,0 +1,120 @@
+"""Talking to a running router over real gRPC, with a deadline on every call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import grpc
+
+from protos import generation_pb2 as pb
+from protos import generation_pb2_grpc
+from splitspec.grpc_util import CHANNEL_OPTIONS
+
+GENERATE_TIMEOUT_S = 180.0  # a whole stream, queueing included
+UNARY_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Stream:
+    """Every item of one Generate stream, and what they add up to."""
+
+    items: list[pb.GenerateResponse] = field(default_factory=list)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for item in self.items for t in item.token_ids]
+
+    @property
+    def text(self) -> str:
+        return "".join(item.text for item in self.items)
+
+    @property
+    def final(self) -> pb.GenerateResponse:
+        assert self.items, "the stream had no items"
+        return self.items[-1]
+
+
+class Router:
+    """A sync client of the public API: one channel, every call with a deadline."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = generation_pb2_grpc.GenerationStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def generate(
+        self, request: pb.GenerateRequest, timeout_s: float = GENERATE_TIMEOUT_S
+    ) -> Stream:
+        stream = Stream()
+        for item in self.stub.Generate(request, timeout=timeout_s):
+            stream.items.append(item)
+        return stream
+
+    def generate_many(
+        self, requests: Sequence[pb.GenerateRequest], timeout_s: float = GENERATE_TIMEOUT_S
+    ) -> list[Stream]:
+        """Sends every request at once (one thread each) and returns their streams in order."""
+        return self.generate_many_observed(requests, timeout_s)[0]
+
+    def generate_many_observed(
+        self, requests: Sequence[pb.GenerateRequest], timeout_s: float = GENERATE_TIMEOUT_S
+    ) -> tuple[list[Stream], int]:
+        """As generate_many; also polls GetServerStatus meanwhile and returns the largest
+        num_running it saw (evidence that the requests were batched together)."""
+        max_running = 0
+        with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+            futures = [pool.submit(self.generate, r, timeout_s) for r in requests]
+            while not all(f.done() for f in futures):
+                max_running = max(max_running, self.status().num_running)
+                time.sleep(0.05)
+            return [f.result() for f in futures], max_running
+
+    def generate_each(self, requests: Sequence[pb.GenerateRequest]) -> list[Stream]:
+        """One request at a time: each runs alone."""
+        return [self.generate(r) for r in requests]
+
+    def status(self) -> pb.ServerStatus:
+        return self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=UNARY_TIMEOUT_S)
+
+    def model_info(self) -> pb.ModelInfo:
+        return self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=UNARY_TIMEOUT_S)
+
+    def abort(self, request_id: str) -> bool:
+        reply = self.stub.Abort(pb.AbortRequest(request_id=request_id), timeout=UNARY_TIMEOUT_S)
+        return reply.found
+
+    def wait_idle(self, timeout_s: float = IDLE_TIMEOUT_S) -> pb.ServerStatus:
+        """Polls GetServerStatus until nothing runs or waits; returns that status."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.status()
+            if status.num_running == 0 and status.num_waiting == 0:
+                return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"router not idle after {timeout_s} s: {status}")
+            time.sleep(0.05)
+
+
+def greedy(ids: Sequence[int], max_new_tokens: int, request_id: str = "") -> pb.GenerateRequest:
+    """A greedy request sent as token ids."""
+    request = pb.GenerateRequest(request_id=request_id)
+    request.input_ids.ids.extend(ids)
+    request.sampling.max_new_tokens = max_new_tokens
+    request.sampling.temperature = 0.0
+    return request
+
+
+def assert_slots_accounted(status: pb.ServerStatus) -> None:
+    """Idle: every KV slot is free or held by the radix cache, none leaked to a request."""
+    assert status.num_running == 0 and status.num_waiting == 0, status
+    assert status.num_free_slots + status.num_cached_tokens == status.num_total_slots, (
+        f"{status.num_free_slots} free + {status.num_cached_tokens} cached != "
+        f"{status.num_total_slots} total: slots leaked"
+    )
