@@ -251,3 +251,23 @@ def test_seeded_sampling_is_reproducible(env: Env, batch: Batch) -> None:
         assert a.text == b.text
     reseeded = env.router.generate_many(sampled(900))
     assert [s.token_ids for s in reseeded] != [s.token_ids for s in first]
+
+
+def test_sampling_truncated_to_one_token_is_greedy(env: Env, batch: Batch) -> None:
+    """Sampling whose filter keeps one token (top_k = 1, or a tiny top_p) goes through rejection
+    sampling against one-hot distributions: every accepted draft must be the argmax, whatever
+    the seed, so the output is the greedy target-only one."""
+    if env.name not in ACCEPTS:
+        pytest.skip("sampled rounds with a random head cost time and prove nothing more")
+    picks = [i for i, n in enumerate(batch.max_new) if n >= 24][:8]
+    truncations = [{"top_k": 1}, {"top_p": 1e-6}]
+    requests = [
+        ids_request(
+            batch.prompts[i], batch.max_new[i], True, temperature=1.0, seed=i, **truncations[k % 2]
+        )
+        for k, i in enumerate(picks)
+    ]
+    streams = env.router.generate_many(requests)
+    for i, stream in zip(picks, streams, strict=True):
+        assert stream.token_ids == batch.base[i].token_ids, f"prompt {i}"
+    assert sum(s.final.speculation.accepted_tokens for s in streams) > 0

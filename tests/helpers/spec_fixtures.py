@@ -309,6 +309,8 @@ def ids_request(
     stop: Sequence[str] = (),
     stop_token_ids: Sequence[int] = (),
     temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
     seed: int | None = None,
     ignore_eos: bool = False,
 ) -> pb.GenerateRequest:
@@ -316,6 +318,8 @@ def ids_request(
     req.input_ids.ids.extend(ids)
     req.sampling.max_new_tokens = max_new_tokens
     req.sampling.temperature = temperature
+    req.sampling.top_k = top_k
+    req.sampling.top_p = top_p
     req.sampling.stop.extend(stop)
     req.sampling.stop_token_ids.extend(stop_token_ids)
     req.sampling.ignore_eos = ignore_eos
