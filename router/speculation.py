@@ -25,10 +25,9 @@ INGEST_TOKENS_PER_CHUNK = 1024
 
 
 def _transient(err: BaseException) -> bool:
-    return isinstance(err, grpc.aio.AioRpcError) and err.code() in (
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    )
+    # Only a refused connection is retried: a replica that ran out its deadline once would
+    # only stall the whole step again.
+    return isinstance(err, grpc.aio.AioRpcError) and err.code() == grpc.StatusCode.UNAVAILABLE
 
 
 class Speculation:
