@@ -64,8 +64,8 @@ def test_greedy_equals_hf_generate(
 def test_tie_rule_allows_only_near_ties() -> None:
     ties: list[TieCase] = []
     gaps = {2: 5e-3, 3: 0.5}.__getitem__
-    assert_same_greedy("equal", [5, 6, 7], [5, 6, 7], gaps, ties)
-    assert_same_greedy("near tie", [5, 6, 8], [5, 6, 9], gaps, ties)
+    assert_same_greedy("synthetic equal", [5, 6, 7], [5, 6, 7], gaps, ties)
+    assert_same_greedy("synthetic near tie", [5, 6, 8], [5, 6, 9], gaps, ties)
     assert [(t.position, t.ours, t.reference) for t in ties] == [(2, 8, 9)]
     with pytest.raises(AssertionError, match="not a tie"):
         assert_same_greedy("clear winner", [5, 6, 7, 1], [5, 6, 7, 2], gaps, ties)
