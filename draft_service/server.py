@@ -19,6 +19,7 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
 
 log = logging.getLogger("splitspec.draft")
@@ -206,6 +207,7 @@ def serve(config: DraftConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec draft", description=__doc__)
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

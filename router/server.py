@@ -25,6 +25,7 @@ from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 from router.validation import Limits
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
+from splitspec.lifecycle import die_with_parent_if_asked
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
@@ -189,6 +190,7 @@ async def serve(config: RouterConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import grpc
@@ -44,10 +43,12 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 yield item
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
                     return
-        except asyncio.CancelledError:
-            # The client went away: give every slot back.
-            self.scheduler.abort(req.request_id)
-            raise
+        finally:
+            # However the stream ends early (cancellation arrives as CancelledError, or as
+            # GeneratorExit while suspended at yield), the request stops and gives its slots
+            # back. A finished request's id may already belong to a newer request: leave it.
+            if not req.finished:
+                self.scheduler.abort(req.request_id)
 
     async def Abort(self, request, context):  # noqa: N802
         return pb.AbortResponse(found=self.scheduler.abort(request.request_id))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import signal
+import os
 import socket
 import subprocess
 import sys
@@ -16,20 +14,13 @@ from typing import IO
 import grpc
 
 from splitspec.grpc_util import wait_healthy
-
-_PR_SET_PDEATHSIG = 1
+from splitspec.lifecycle import PARENT_PID_ENV
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # Linux: a child gets SIGTERM when the launcher dies, so no service outlives a crashed test.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -46,11 +37,9 @@ class ServiceProcess:
         if self.log_path is not None:
             self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
             out = self._log
+        env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
         self.process = subprocess.Popen(
-            self.command,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_die_with_parent,
+            self.command, stdout=out, stderr=subprocess.STDOUT if out else None, env=env
         )
 
     def wait_healthy(self, timeout_s: float) -> None:

@@ -13,6 +13,7 @@ import torch
 from model_runtime.loading import default_model_path, load_model
 from protos import target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
 from target_service.config import DTYPES, TargetConfig
 from target_service.engine import TargetEngine
@@ -106,6 +107,7 @@ def serve(config: TargetConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -69,15 +69,6 @@ def test_abort_ends_the_stream_and_frees_its_slots(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "router/servicer.py Generate gives the slots back only on asyncio.CancelledError; when the "
-        "client cancels while the handler is suspended at `yield` (grpc awaiting the send), grpc "
-        "closes the generator with GeneratorExit instead, scheduler.abort is never called, and the "
-        "request runs to max_new_tokens holding its slots. Use try/finally (abort unless finished)."
-    ),
-)
 def test_client_cancellation_frees_its_slots(
     router: Router, prompts: list[tuple[int, ...]]
 ) -> None:

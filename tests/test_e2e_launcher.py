@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NUM_SPAWNS = 500
 
@@ -36,15 +34,6 @@ print(sum(code != 0 for code in codes), sorted(set(codes)))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "splitspec/launcher.py: preexec_fn=_die_with_parent makes Popen fork() instead of vfork/"
-        "posix_spawn, so gRPC's pthread_atfork child handler restarts its EventEngine poller in "
-        "the child; after close_fds it hits epoll_wait EBADF and aborts (SIGABRT) before exec, "
-        "in ~4% of spawns. The service then 'exits with code -6' at start."
-    ),
-)
 def test_services_start_from_a_process_that_uses_grpc() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     result = subprocess.run(

@@ -96,7 +96,9 @@ class EagleHead(nn.Module):
         self.hot_token_ids = ids
         self._hot_weight = self.lm_head.weight.detach()[ids].contiguous()
 
-    def draft_distribution(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def draft_distribution(
+        self, features: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k (probabilities, token ids) of the draft over its vocabulary, per row."""
         normed = self.norm(features)
         if self.hot_token_ids is None:
