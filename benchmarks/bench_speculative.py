@@ -1,0 +1,268 @@
+"""Speculative decoding through the live services on CPU: speed and acceptance, one run.
+
+For each drafter setting (EAGLE tree, EAGLE chain, n-gram) a stack of real processes serves
+the same prompts over the public API. Batch-1 tokens/s is measured side by side with
+target-only decoding (the same stack, `speculation.enabled = false`, fixed lengths through
+`ignore_eos`); the mean acceptance length (committed tokens per verify step, bonus included)
+is measured on held-out ShareGPT prompts and HumanEval prompts, greedy. Prints a table and
+saves JSON (and a PNG of acceptance by tree shape).
+
+    python -m benchmarks.bench_speculative            # full run (about 20 min on 2 cores)
+    python -m benchmarks.bench_speculative --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from protos import generation_pb2 as pb
+from splitspec.client import Client
+from splitspec.launcher import LocalStack
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_HEAD = REPO / "draft_service" / "eagle" / "heads" / "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    method: str
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+
+    def draft_args(self, head: Path | None, threads: int) -> list[str]:
+        args = [
+            "--method",
+            self.method,
+            "--num-steps",
+            str(self.num_steps),
+            "--topk",
+            str(self.topk),
+            "--num-draft-tokens",
+            str(self.num_draft_tokens),
+        ]
+        if self.method == "eagle" and head is not None:
+            args += ["--eagle-head", str(head)]
+        return args
+
+
+SETTINGS = [
+    Setting("eagle-tree", "eagle", 5, 4, 16),
+    Setting("eagle-chain", "eagle", 4, 1, 5),
+    Setting("ngram", "ngram", 5, 4, 16),
+]
+
+
+def sharegpt_heldout(count: int) -> list[str]:
+    from draft_service.eagle.train.data import is_heldout, iter_conversations, split_key
+
+    picked = []
+    for conv in iter_conversations():
+        if is_heldout(conv.conv_id) and len(conv.prompt) < 2000:
+            picked.append(conv)
+    picked.sort(key=lambda c: split_key(c.conv_id))
+    return [c.prompt for c in picked[:count]]
+
+
+def humaneval(count: int) -> list[str]:
+    from draft_service.eagle.train.data import humaneval_prompts
+
+    return [text for _, text in humaneval_prompts(count)]
+
+
+def chat_request(
+    prompt: str, max_new: int, speculate: bool, ignore_eos: bool
+) -> pb.GenerateRequest:
+    req = pb.GenerateRequest()
+    req.messages.items.add(role="user", content=prompt)
+    req.sampling.max_new_tokens = max_new
+    req.sampling.temperature = 0.0
+    req.sampling.ignore_eos = ignore_eos
+    req.speculation.enabled = speculate
+    return req
+
+
+def final_item(client: Client, request: pb.GenerateRequest) -> tuple[int, pb.GenerateResponse]:
+    num_tokens, final = 0, None
+    for item in client.stream(request, timeout_s=1800):
+        num_tokens += len(item.token_ids)
+        if item.finish_reason:
+            final = item
+    assert final is not None
+    return num_tokens, final
+
+
+def batch1_speed(client: Client, prompts: list[str], max_new: int, speculate: bool) -> dict:
+    tokens, steps, accepted = 0, 0, 0
+    started = time.perf_counter()
+    for prompt in prompts:
+        n, final = final_item(client, chat_request(prompt, max_new, speculate, ignore_eos=True))
+        tokens += n
+        steps += final.speculation.verify_steps
+        accepted += final.speculation.accepted_tokens
+    wall = time.perf_counter() - started
+    return {
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tok_s": round(tokens / wall, 2),
+        "mean_acceptance_length": round((accepted + steps) / steps, 3) if steps else None,
+    }
+
+
+def acceptance(client: Client, prompts: list[str], max_new: int, concurrency: int) -> dict:
+    requests = [chat_request(p, max_new, True, ignore_eos=False) for p in prompts]
+    with ThreadPoolExecutor(concurrency) as pool:
+        finals = [f for _, f in pool.map(lambda r: final_item(client, r), requests)]
+    steps = sum(f.speculation.verify_steps for f in finals)
+    accepted = sum(f.speculation.accepted_tokens for f in finals)
+    drafted = sum(f.speculation.draft_tokens for f in finals)
+    return {
+        "prompts": len(prompts),
+        "verify_steps": steps,
+        "accepted_tokens": accepted,
+        "draft_tokens": drafted,
+        "completion_tokens": sum(f.usage.completion_tokens for f in finals),
+        "mean_acceptance_length": round((accepted + steps) / steps, 3) if steps else None,
+    }
+
+
+def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, list[str]]) -> dict:
+    threads = ["--threads", str(args.threads)]
+    log_dir = Path(tempfile.mkdtemp(prefix=f"splitspec-bench-{setting.name}-"))
+    head = args.eagle_head if args.eagle_head and args.eagle_head.exists() else None
+    stack = LocalStack(
+        threads, [], log_dir=log_dir, draft_args=[setting.draft_args(head, args.threads)]
+    )
+    stack.start(timeout_s=900)
+    try:
+        with Client(stack.router_address) as client:
+            speed_prompts = datasets["sharegpt"][: args.num_speed_prompts]
+            final_item(client, chat_request("Warm up.", 8, True, ignore_eos=True))
+            out = {
+                "setting": setting.__dict__,
+                "eagle_head": str(head) if head else None,
+                "speculative_batch1": batch1_speed(client, speed_prompts, args.speed_tokens, True),
+                "target_only_batch1": batch1_speed(client, speed_prompts, args.speed_tokens, False),
+                "acceptance": {
+                    name: acceptance(client, prompts, args.accept_tokens, args.concurrency)
+                    for name, prompts in datasets.items()
+                },
+            }
+    finally:
+        stack.stop()
+    s, t = out["speculative_batch1"], out["target_only_batch1"]
+    out["speedup_batch1"] = round(s["tok_s"] / t["tok_s"], 3)
+    return out
+
+
+def machine() -> dict:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "commit": commit}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["setting"]["name"] for r in results]
+    datasets = list(results[0]["acceptance"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(datasets)
+    for i, ds in enumerate(datasets):
+        values = [r["acceptance"][ds]["mean_acceptance_length"] or 0 for r in results]
+        ax.bar([x + i * width for x in range(len(names))], values, width, label=ds)
+    labels = [
+        f"{r['setting']['name']}\n({r['setting']['num_steps']},{r['setting']['topk']},"
+        f"{r['setting']['num_draft_tokens']})"
+        for r in results
+    ]
+    ax.set_xticks([x + width * (len(datasets) - 1) / 2 for x in range(len(names))], labels)
+    ax.set_ylabel("mean acceptance length (tokens / verify step)")
+    ax.set_title("splitspec on SmolLM2-135M, greedy, CPU")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks/results/speculative_cpu.json"
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=REPO / "benchmarks/results/acceptance_by_shape.png"
+    )
+    parser.add_argument("--eagle-head", type=Path, default=DEFAULT_HEAD)
+    parser.add_argument("--settings", default=",".join(s.name for s in SETTINGS))
+    parser.add_argument("--num-sharegpt", type=int, default=100)
+    parser.add_argument("--num-humaneval", type=int, default=50)
+    parser.add_argument("--accept-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--num-speed-prompts", type=int, default=6)
+    parser.add_argument("--speed-tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.num_sharegpt, args.num_humaneval, args.accept_tokens = 3, 2, 12
+        args.num_speed_prompts, args.speed_tokens = 1, 12
+    datasets = {
+        "sharegpt_heldout": sharegpt_heldout(args.num_sharegpt),
+        "humaneval": humaneval(args.num_humaneval),
+    }
+    datasets["sharegpt"] = datasets["sharegpt_heldout"]
+    chosen = [s for s in SETTINGS if s.name in args.settings.split(",")]
+    results = []
+    for setting in chosen:
+        print(f"== {setting.name}", flush=True)
+        sets = {k: v for k, v in datasets.items() if k != "sharegpt"}
+        result = run_setting(setting, args, {**sets, "sharegpt": datasets["sharegpt"]})
+        result["acceptance"].pop("sharegpt", None)
+        results.append(result)
+        print(json.dumps(result, indent=1), flush=True)
+    report = {
+        "benchmark": "speculative_cpu",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "config": {k: str(v) for k, v in vars(args).items()},
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    plot(results, args.plot)
+    print(f"\n{'setting':<12} {'spec tok/s':>10} {'target tok/s':>12} {'speedup':>8}  acceptance")
+    for r in results:
+        acc = ", ".join(f"{k} {v['mean_acceptance_length']}" for k, v in r["acceptance"].items())
+        print(
+            f"{r['setting']['name']:<12} {r['speculative_batch1']['tok_s']:>10} "
+            f"{r['target_only_batch1']['tok_s']:>12} {r['speedup_batch1']:>8}  {acc}"
+        )
+    print(f"saved {args.out} and {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
