@@ -17,24 +17,15 @@ import torch
 from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
+from model_runtime.config import DTYPES
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
 
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
 METHODS = ("ngram", "eagle", "scripted", "recording")
-DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float64": "float64",
-    "fp64": "float64",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
 
 
 @dataclass(frozen=True)
@@ -188,11 +179,8 @@ def serve(config: DraftConfig) -> None:
     engine = DraftEngine(drafter, overload_errors(config))
     servicer = DraftServicer(engine, draft_info(drafter, config))
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
-    add_health_and_reflection(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
-    if server.add_insecure_port(address) == 0:
-        raise SystemExit(f"draft: cannot bind {address}")
-    server.start()
+    start_server(server, [SERVICE_NAME], address, "draft")
     log.info(
         "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
         drafter.method,

@@ -5,6 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# Command-line dtype names (aliases included) -> torch dtype attribute names.
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float64": "float64",
+    "fp64": "float64",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+
 
 @dataclass(frozen=True)
 class ModelConfig:

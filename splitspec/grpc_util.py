@@ -42,6 +42,16 @@ async def add_health_and_reflection_aio(
     _add_reflection(server, names)
 
 
+def start_server(
+    server: grpc.Server, service_names: Iterable[str], address: str, name: str
+) -> None:
+    """Adds health + reflection, binds ``address`` (or exits saying why) and starts."""
+    add_health_and_reflection(server, service_names)
+    if server.add_insecure_port(address) == 0:
+        raise SystemExit(f"{name}: cannot bind {address}")
+    server.start()
+
+
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:
     reflection.enable_server_reflection(
         [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server

@@ -5,16 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float64": "float64",
-    "fp64": "float64",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
+from model_runtime.config import DTYPES
 
 
 @dataclass(frozen=True)

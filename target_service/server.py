@@ -12,7 +12,7 @@ import torch
 
 from model_runtime.loading import default_model_path, load_model
 from protos import target_pb2, target_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection
+from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
 from target_service.config import DTYPES, TargetConfig
@@ -89,11 +89,8 @@ def serve(config: TargetConfig) -> None:
     target_pb2_grpc.add_TargetModelServicer_to_server(
         TargetServicer(engine, target_info(engine)), server
     )
-    add_health_and_reflection(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
-    if server.add_insecure_port(address) == 0:
-        raise SystemExit(f"target: cannot bind {address}")
-    server.start()
+    start_server(server, [SERVICE_NAME], address, "target")
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
         engine.model_config.name,
