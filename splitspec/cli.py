@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from splitspec.train_cli import add_train_parser
+
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_generate(sub)
+    add_train_parser(sub)
     _add_service(sub, "router", "run the router alone (see `splitspec router --help`)")
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

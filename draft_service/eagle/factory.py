@@ -15,6 +15,8 @@ from model_runtime.loading import default_model_path, resolve_checkpoint
 log = logging.getLogger("splitspec.draft")
 
 DEFAULT_DRAFT_SLOTS = 65536  # draft KV rows: one per context token held across requests
+# The head this project trained for the default model (see README, "The EAGLE head").
+SHIPPED_HEAD = Path(__file__).resolve().parent / "heads" / "smollm2-135m"
 
 
 def build_eagle_drafter(
@@ -29,6 +31,8 @@ def build_eagle_drafter(
     """The head's embedding, final norm and LM head come from the target's own checkpoint."""
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
     torch_dtype = getattr(torch, dtype)
+    if head_dir is None and model_path is None and SHIPPED_HEAD.exists():
+        head_dir = SHIPPED_HEAD  # the default model gets the head trained for it
     if head_dir is None:
         log.warning("no --eagle-head: random head weights (lossless, but accepts almost nothing)")
         head = random_head(checkpoint, seed=0, dtype=torch_dtype, device=device)
