@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,15 @@ from benchmarks.common import (
     REPO_ROOT,
     CpuMeter,
     Figures,
+    Prompt,
+    QuietPolicy,
     StreamTiming,
     chunks,
     common_prefix_fraction,
-    first_human_turns,
+    load_prompts,
     machine_info,
+    measure_quietly,
+    prompt_stats,
     run_concurrent,
     start_stack,
     summarize,
@@ -48,7 +53,7 @@ PRESET_KEYS = ("num_prompts", "max_new_tokens", "batch_sizes", "warmup_tokens")
 FULL: dict[str, Any] = {"num_prompts": 16, "max_new_tokens": 128, "batch_sizes": [1, 8],
                         "warmup_tokens": 16}
 QUICK: dict[str, Any] = {"num_prompts": 2, "max_new_tokens": 8, "batch_sizes": [1, 2],
-                         "warmup_tokens": 4}
+                         "warmup_tokens": 4}  # and one torch thread, see --threads
 ENGINES = ("splitspec", "hf")
 
 
@@ -63,12 +68,7 @@ class BenchConfig:
     max_prompt_tokens: int
     threads: int
     quick: bool
-
-
-@dataclass(frozen=True)
-class Prompt:
-    text: str  # the first human turn; the router applies the chat template itself
-    input_ids: list[int]  # chat-templated by the HF tokenizer, fed to HF generate
+    quiet: QuietPolicy
 
 
 @dataclass
@@ -82,31 +82,14 @@ class Phase:
     outputs: list[list[int]] = field(repr=False)
     notes: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def other_cores(self) -> float:
+        return self.cpu_s["others"] / self.figures.wall_s
+
     def as_dict(self) -> dict[str, Any]:
         busy = {k: round(v / self.figures.wall_s, 2) for k, v in self.cpu_s.items()}
         return {"engine": self.engine, "batch_size": self.batch_size, **self.figures.as_dict(),
                 "cpu_s": self.cpu_s, "cpu_cores_busy": busy, **self.notes}
-
-
-# ---- prompts -------------------------------------------------------------------------------------
-
-def load_prompts(tokenizer: Any, count: int, max_prompt_tokens: int) -> list[Prompt]:
-    """The first `count` ShareGPT first turns whose templated prompt fits max_prompt_tokens."""
-    found: list[Prompt] = []
-    for text in first_human_turns():
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)["input_ids"]
-        if len(ids) <= max_prompt_tokens:
-            found.append(Prompt(text, list(ids)))
-        if len(found) == count:
-            return found
-    raise RuntimeError(f"only {len(found)} ShareGPT prompts fit in {max_prompt_tokens} tokens")
-
-
-def prompt_stats(prompts: Sequence[Prompt]) -> dict[str, float]:
-    lengths = [len(p.input_ids) for p in prompts]
-    return {"min": min(lengths), "mean": round(statistics.fmean(lengths), 1), "max": max(lengths)}
 
 
 # ---- splitspec -----------------------------------------------------------------------------------
@@ -120,20 +103,29 @@ def stack_request(prompt: Prompt, max_new_tokens: int) -> pb.GenerateRequest:
 def bench_stack(cfg: BenchConfig, prompts: list[Prompt], warmup: list[Prompt]) -> list[Phase]:
     # A fresh stack per batch size, so no phase finds the previous phase's prompts in the
     # radix cache; the warm-up still caches the shared system-prompt prefix, as in service.
-    return [_stack_phase(cfg, b, prompts, warmup) for b in cfg.batch_sizes]
+    return [_quietly(cfg, partial(_stack_phase, cfg, b, prompts, warmup))
+            for b in cfg.batch_sizes]
+
+
+def _quietly(cfg: BenchConfig, measure: Callable[[bool], Phase]) -> Phase:
+    phase, attempts = measure_quietly(measure, cfg.quiet)
+    phase.notes["attempts"] = attempts
+    phase.notes["disturbed"] = phase.other_cores > cfg.quiet.max_other_cores
+    return phase
 
 
 def _stack_phase(cfg: BenchConfig, batch_size: int, prompts: list[Prompt],
-                 warmup: list[Prompt]) -> Phase:
+                 warmup: list[Prompt], may_abandon: bool) -> Phase:
     stack = start_stack(cfg.threads, model=cfg.model)
     try:
         with Client(stack.router_address) as client:
             run_concurrent(client, [stack_request(p, cfg.warmup_tokens)
                                     for p in warmup[:batch_size]])
             meter = CpuMeter(stack)
-            groups = _run_groups(f"splitspec b={batch_size}", prompts, batch_size,
-                                 lambda g: run_concurrent(
-                                     client, [stack_request(p, cfg.max_new_tokens) for p in g]))
+            groups = _run_groups(
+                f"splitspec b={batch_size}", prompts, batch_size,
+                lambda g: run_concurrent(client, [stack_request(p, cfg.max_new_tokens) for p in g]),
+                lambda: cfg.quiet.check(meter, may_abandon))
             cpu = meter.elapsed()
     finally:
         stack.stop()
@@ -151,12 +143,14 @@ def _stack_phase(cfg: BenchConfig, batch_size: int, prompts: list[Prompt],
 
 
 def _run_groups(desc: str, prompts: list[Prompt], batch_size: int,
-                run: Callable[[Sequence[Prompt]], list[StreamTiming]]) -> list[list[StreamTiming]]:
+                run: Callable[[Sequence[Prompt]], list[StreamTiming]],
+                check: Callable[[], None]) -> list[list[StreamTiming]]:
     groups: list[list[StreamTiming]] = []
     with tqdm(total=len(prompts), desc=desc, unit="req") as bar:
         for group in chunks(prompts, batch_size):
             groups.append(run(group))
             bar.update(len(group))
+            check()
     return groups
 
 
@@ -199,13 +193,19 @@ def bench_hf(cfg: BenchConfig, tokenizer: Any, prompts: list[Prompt],
     phases = []
     for b in cfg.batch_sizes:
         hf_group(model, tokenizer, warmup[:b], cfg.warmup_tokens)
-        meter = CpuMeter(None)
-        groups = _run_groups(f"HF generate b={b}", prompts, b,
-                             lambda g: hf_group(model, tokenizer, g, cfg.max_new_tokens))
-        phases.append(Phase("hf", b, summarize(groups), meter.elapsed(),
-                            [s.token_ids for g in groups for s in g],
-                            {"attn_implementation": model.config._attn_implementation}))
+        phases.append(_quietly(cfg, partial(_hf_phase, cfg, model, tokenizer, b, prompts)))
     return phases
+
+
+def _hf_phase(cfg: BenchConfig, model: Any, tokenizer: Any, batch_size: int,
+              prompts: list[Prompt], may_abandon: bool) -> Phase:
+    meter = CpuMeter(None)
+    groups = _run_groups(f"HF generate b={batch_size}", prompts, batch_size,
+                         lambda g: hf_group(model, tokenizer, g, cfg.max_new_tokens),
+                         lambda: cfg.quiet.check(meter, may_abandon))
+    return Phase("hf", batch_size, summarize(groups), meter.elapsed(),
+                 [s.token_ids for g in groups for s in g],
+                 {"attn_implementation": model.config._attn_implementation})
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -245,6 +245,10 @@ def format_table(phases: list[Phase], ratio_rows: list[dict[str, Any]]) -> str:
         lines.append(f"{b:>5}  {'cores busy, HF':<26}HF {hf_cpu['benchmark']:.2f}, "
                      f"other processes {hf_cpu['others']:.2f}")
         lines.append(f"{b:>5}  {'greedy agreement':<26}{row['greedy_agreement']:>36.2f}")
+    disturbed = [f"{p.engine} b={p.batch_size} ({p.other_cores:.2f} cores)" for p in phases
+                 if p.notes["disturbed"]]
+    if disturbed:
+        lines.append("WARNING: other processes were busy during " + ", ".join(disturbed))
     return "\n".join(lines)
 
 
@@ -292,10 +296,15 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default 1 8")
     p.add_argument("--warmup-tokens", type=int, default=None)
     p.add_argument("--max-prompt-tokens", type=int, default=256)
-    p.add_argument("--threads", type=int, default=0, help="torch threads per engine "
-                   "(0: this process's default)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per engine (0: this "
+                   "process's default; --quick: 1, which a busy CI machine slows least)")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: SmolLM2-135M)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--max-other-cores", type=float, default=0.25, help="re-measure a phase "
+                   "during which other processes kept more cores than this busy")
+    p.add_argument("--max-attempts", type=int, default=5)
+    p.add_argument("--quiet-timeout", type=float, default=None, help="seconds to wait for "
+                   "a quiet machine before each attempt (default 600; --quick: 0, no wait)")
     p.add_argument("--quick", action="store_true", help="2 prompts, 8 tokens, batch 1 and 2")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
@@ -304,7 +313,14 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
                        num_prompts=pick["num_prompts"], max_new_tokens=pick["max_new_tokens"],
                        batch_sizes=tuple(pick["batch_sizes"]), warmup_tokens=pick["warmup_tokens"],
                        max_prompt_tokens=args.max_prompt_tokens,
-                       threads=args.threads or torch.get_num_threads(), quick=args.quick)
+                       threads=args.threads or (1 if args.quick else torch.get_num_threads()),
+                       quick=args.quick,
+                       quiet=_quiet_policy(args))
+
+
+def _quiet_policy(args: argparse.Namespace) -> QuietPolicy:
+    timeout_s = args.quiet_timeout if args.quiet_timeout is not None else (0 if args.quick else 600)
+    return QuietPolicy(args.max_other_cores, args.max_attempts if timeout_s > 0 else 1, timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

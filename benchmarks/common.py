@@ -15,13 +15,15 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from tqdm import tqdm
 
 from protos import generation_pb2 as pb
 from splitspec.client import Client
@@ -29,6 +31,7 @@ from splitspec.launcher import LocalStack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _READ_CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 # ---- prompts ---------------------------------------------------------------------------------
@@ -66,6 +69,31 @@ def first_human_turns() -> Iterator[str]:
         turns = record.get("conversations") or []
         if turns and turns[0].get("from") == "human" and turns[0].get("value", "").strip():
             yield turns[0]["value"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str  # the first human turn; a router applies the chat template itself
+    input_ids: list[int]  # chat-templated by the HF tokenizer, for engines fed token ids
+
+
+def load_prompts(tokenizer: Any, count: int, max_prompt_tokens: int) -> list[Prompt]:
+    """The first `count` ShareGPT first turns whose templated prompt fits max_prompt_tokens."""
+    found: list[Prompt] = []
+    for text in first_human_turns():
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)["input_ids"]
+        if len(ids) <= max_prompt_tokens:
+            found.append(Prompt(text, list(ids)))
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"only {len(found)} ShareGPT prompts fit in {max_prompt_tokens} tokens")
+
+
+def prompt_stats(prompts: Sequence[Prompt]) -> dict[str, float]:
+    lengths = [len(p.input_ids) for p in prompts]
+    return {"min": min(lengths), "mean": round(statistics.fmean(lengths), 1), "max": max(lengths)}
 
 
 # ---- the stack ---------------------------------------------------------------------------------
@@ -112,6 +140,7 @@ class CpuMeter:
     def __init__(self, stack: LocalStack | None) -> None:
         self.pids = {} if stack is None else {
             s.name: s.process.pid for s in stack.services() if s.process is not None}
+        self.started = time.perf_counter()
         self.start = self._read()
 
     def _read(self) -> dict[str, float]:
@@ -124,6 +153,59 @@ class CpuMeter:
         machine = spent.pop("machine")
         spent["others"] = max(0.0, machine - sum(spent.values()))
         return {name: round(value, 3) for name, value in spent.items()}
+
+    def other_cores(self) -> float:
+        return self.elapsed()["others"] / max(time.perf_counter() - self.started, 1e-6)
+
+
+class Disturbed(Exception):
+    """Other processes took more CPU than the QuietPolicy allows; the attempt is abandoned."""
+
+
+@dataclass(frozen=True)
+class QuietPolicy:
+    """When a measurement counts: other processes kept at most max_other_cores busy meanwhile.
+
+    On a shared machine an attempt that other work disturbs is abandoned and started again
+    (up to max_attempts), each after waiting up to wait_timeout_s for the machine to go quiet;
+    the last attempt is kept whatever happened. wait_timeout_s <= 0 neither waits nor samples.
+    """
+
+    max_other_cores: float = 0.25
+    max_attempts: int = 5
+    wait_timeout_s: float = 600.0
+    sample_s: float = 5.0
+
+    def check(self, meter: CpuMeter, may_abandon: bool) -> None:
+        """Raises Disturbed when the attempt may be abandoned and other work has spoiled it."""
+        if may_abandon and (busy := meter.other_cores()) > self.max_other_cores:
+            raise Disturbed(f"other processes kept {busy:.2f} cores busy")
+
+
+def other_cores_busy(sample_s: float) -> float:
+    """Cores kept busy over `sample_s` by everything on the machine (ours should be idle)."""
+    start = machine_busy_cpu_s()
+    time.sleep(sample_s)
+    return (machine_busy_cpu_s() - start) / sample_s
+
+
+def wait_until_quiet(policy: QuietPolicy) -> None:
+    deadline = time.monotonic() + policy.wait_timeout_s
+    while time.monotonic() < deadline:
+        if other_cores_busy(policy.sample_s) <= policy.max_other_cores:
+            return
+
+
+def measure_quietly(measure: Callable[[bool], T], policy: QuietPolicy) -> tuple[T, int]:
+    """Calls measure(may_abandon) until an attempt is not abandoned; returns it and the count."""
+    for attempt in range(1, policy.max_attempts):
+        wait_until_quiet(policy)
+        try:
+            return measure(True), attempt
+        except Disturbed as err:
+            tqdm.write(f"attempt {attempt} abandoned: {err}")
+    wait_until_quiet(policy)
+    return measure(False), policy.max_attempts
 
 
 # ---- timing ------------------------------------------------------------------------------------
