@@ -294,3 +294,12 @@ def test_cli_on_cuda(tmp_path: Path) -> None:
         assert report["loss_last"] < report["loss_first"]
         assert len(report["evals"]) >= 2 and "tree" in report["final_eval"]["humaneval"]
     assert FeatureSet.load(tmp_path / "d").num_tokens > 0
+
+
+def test_hard_targets_and_sampled_rows(tiny_data: FeatureSet, tmp_path: Path) -> None:
+    from draft_service.eagle.train.losses import LossWeights
+
+    trainer = tiny_trainer(tiny_data, tmp_path, steps=2, ce_rows=16,
+                           weights=LossWeights(soft_targets=False))
+    out = trainer.train_step()
+    assert torch.isfinite(out["loss"]) and out["parts"].num_rows == [16, 16, 16]

@@ -13,7 +13,7 @@ from draft_service.eagle.train.unroll import unrolled_features
 
 @dataclass
 class Batch:
-    """B sequences, right-padded. tokens [B, N + J], features [B, N + J, H]."""
+    """B sequences, right-padded. tokens [B, N + J + 1], features [B, N + J + 1, H]."""
 
     tokens: torch.Tensor
     features: torch.Tensor
@@ -58,11 +58,14 @@ def valid_rows(batch: Batch, step: int) -> torch.Tensor:
 
 def pick_rows(valid: torch.Tensor, count: int, generator: torch.Generator | None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices into valid.flatten() and their 0/1 weights: every row when count is 0, else
-    ``count`` rows, valid ones first in random order. Fixed shapes and no host sync, so a GPU
-    step never waits on how many rows happen to be valid."""
+    """Indices into valid.flatten() and their 0/1 weights: the valid rows when count is 0
+    (sizes the step by a host sync: cheap on a CPU), else ``count`` rows, valid ones first in
+    random order, with fixed shapes and no host sync (a GPU step never waits on how many rows
+    happen to be valid)."""
     flat = valid.flatten()
-    if count <= 0 or count >= flat.numel():
+    if count <= 0:
+        index = flat.nonzero().squeeze(1)
+    elif count >= flat.numel():
         index = torch.arange(flat.numel(), device=flat.device)
     else:
         noise = torch.rand(flat.shape, generator=generator, device=flat.device)

@@ -117,7 +117,7 @@ def make_batch(data: FeatureSet, indices: list[int], num_steps: int, max_seq_len
                device: torch.device, width_multiple: int = 1) -> Batch:
     lengths = data.lengths()[indices].clamp(max=max_seq_len)
     width = -(-int(lengths.max()) // width_multiple) * width_multiple
-    span = torch.arange(width + num_steps)
+    span = torch.arange(width + num_steps + 1)  # + 1: the hard target of the last step
     starts = data.offsets[indices]
     rows = starts[:, None] + span[None, :]
     in_seq = span[None, :] < lengths[:, None]
