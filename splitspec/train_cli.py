@@ -44,7 +44,8 @@ def _train(args: argparse.Namespace) -> int:
         feature_batch_tokens=args.feature_batch_tokens or (1 << 16 if on_gpu else 1 << 13),
         store_dtype=torch.bfloat16 if on_gpu else torch.float32, progress=not args.quiet)
     config = PipelineConfig(
-        out=args.out, cache_dir=args.cache_dir, model=args.model, device=args.device,
+        out=args.out, cache_dir=args.cache_dir or default_cache_dir(), model=args.model,
+        device=args.device,
         prompts=args.prompts, num_prompts=args.num_prompts,
         num_eval_prompts=args.num_eval_prompts, num_humaneval=args.num_humaneval,
         max_prompt_len=args.max_prompt_len, collect=collect,
@@ -79,7 +80,8 @@ def _eval(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     report = run_eval(EvalConfig(
-        head=args.head, out_json=args.out, cache_dir=args.cache_dir, model=args.model,
+        head=args.head, out_json=args.out, cache_dir=args.cache_dir or default_cache_dir(),
+        model=args.model,
         device=args.device, prompts=args.prompts, num_sharegpt=args.num_sharegpt,
         num_humaneval=args.num_humaneval, max_prompt_len=args.max_prompt_len,
         max_new_tokens=args.max_new_tokens, data_dir=args.data_dir, progress=not args.quiet))
@@ -91,7 +93,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None, help="target GGUF or checkpoint dir")
-    p.add_argument("--cache-dir", type=Path, default=None, help="converted-checkpoint cache")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else "
+                        "~/.cache/splitspec)")
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     p.add_argument("--prompts", type=Path, default=None,
@@ -185,8 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     add_train_parser(parser.add_subparsers(dest="command", required=True))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
-    if getattr(args, "cache_dir", "unset") is None:
-        args.cache_dir = default_cache_dir()
     return int(args.func(args) or 0)
 
 
