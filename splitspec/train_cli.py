@@ -37,7 +37,8 @@ def _train(args: argparse.Namespace) -> int:
         noise_std=args.noise_std, seed=args.seed, checkpoint_every=args.checkpoint_every,
         eval_every=args.eval_every, eval_at=tuple(args.eval_at), log_every=args.log_every,
         time_limit_s=args.time_limit,
-        fit_steps_to_time=args.fit_steps_to_time, stop_at_step=args.stop_at_step)
+        fit_steps_to_time=args.fit_steps_to_time, stop_at_step=args.stop_at_step,
+        snapshot_at=tuple(args.snapshot_at))
     collect = CollectConfig(
         max_new_tokens=args.max_new_tokens, replies=args.replies,
         generate_batch_tokens=args.generate_batch_tokens or (1 << 18 if on_gpu else 1 << 14),
@@ -65,9 +66,24 @@ def _write_prompts(args: argparse.Namespace) -> int:
     tokenizer = ChatTokenizer(find_gguf(args.model or default_model_path()))
     sets = prepare_prompts(tokenizer, args.num_prompts, args.num_eval_prompts,
                            args.num_humaneval, args.max_prompt_len, args.with_replies)
+    if args.all_turns:
+        sets["train"] = _more_train_prompts(tokenizer, args)
     save_bundle(sets, args.out)
     print(" ".join(f"{k}={len(v)}" for k, v in sets.items()), f"-> {args.out}")
     return 0
+
+
+def _more_train_prompts(tokenizer: object, args: argparse.Namespace) -> object:
+    """Every user turn with its history, then code-completion prompts (ShareGPT's Python
+    functions and, with --stdlib-code, the standard library's)."""
+    import sysconfig
+
+    from draft_service.eagle.train.more_prompts import concat, extra_train_prompts
+
+    root = Path(sysconfig.get_paths()["stdlib"]) if args.stdlib_code else None
+    extra = extra_train_prompts(tokenizer, args.max_prompt_len, args.max_turn_prompt_len, root)
+    train = concat([extra["turns"], extra["code"]])
+    return train.head(args.num_prompts) if args.num_prompts is not None else train
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -138,6 +154,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-at", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                    help="comma-separated steps to evaluate at (besides the end)")
+    p.add_argument("--snapshot-at", type=lambda s: [int(x) for x in s.split(",") if x],
+                   default=[], help="comma-separated steps whose weights are kept (bf16)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--time-limit", type=float, default=0.0, help="seconds of training at most")
     p.add_argument("--train-until", type=float, default=0.0,
@@ -163,6 +181,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--num-humaneval", type=int, default=50)
     w.add_argument("--max-prompt-len", type=int, default=512)
     w.add_argument("--with-replies", action="store_true", help="keep ShareGPT's replies too")
+    w.add_argument("--all-turns", action="store_true",
+                   help="train on every user turn (with its history) and on code-completion "
+                        "prompts from the conversations' Python functions")
+    w.add_argument("--max-turn-prompt-len", type=int, default=768,
+                   help="with --all-turns: longest prompt with history")
+    w.add_argument("--stdlib-code", action="store_true",
+                   help="with --all-turns: code prompts from the standard library's functions too")
     w.set_defaults(func=_write_prompts)
 
 
