@@ -213,6 +213,24 @@ def test_resume_continues_the_same_run(tiny_data: FeatureSet, tmp_path: Path) ->
         torch.testing.assert_close(resumed.head.trainable_state_dict()[name], value)
 
 
+def test_snapshots_keep_the_weights_of_those_steps(tiny_data: FeatureSet, tmp_path: Path
+                                                    ) -> None:
+    from safetensors.torch import load_file
+
+    trainer = tiny_trainer(tiny_data, tmp_path / "run", steps=6, snapshot_at=(3,))
+    trainer.run(progress=False)
+    snapshot = load_file(tmp_path / "run" / "head-00003.safetensors")
+    assert set(snapshot) == set(trainer.head.trainable_state_dict())
+    assert all(v.dtype == torch.bfloat16 for v in snapshot.values())
+
+
+def test_reply_token_counts_skip_prompt_rows() -> None:
+    data = FeatureSet(torch.tensor([1, 2, 3, 3, 4, 5, 5]), torch.zeros(7, 2),
+                      torch.tensor([0, 3, 7]), torch.tensor([1, 2]), ["a", "b"])
+    counts = data.reply_token_counts(8)
+    assert counts.dtype == torch.int64 and counts.tolist() == [0, 0, 1, 1, 0, 2, 0, 0]
+
+
 # ---- acceptance replay ---------------------------------------------------------------------
 
 
@@ -236,6 +254,8 @@ def test_replay_counts_every_committed_token(tiny_data: FeatureSet) -> None:
 
 
 def test_cli_runs_on_a_tiny_checkpoint(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
     from splitspec.train_cli import main
 
     save_tiny_checkpoint(tmp_path / "target")
@@ -250,6 +270,8 @@ def test_cli_runs_on_a_tiny_checkpoint(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "run" / "head" / "training.json").read_text())
     assert report["steps"] == 6 and report["data"]["train"]["sequences"] == 8
     assert "chain" in report["final_eval"]["heldout"]
+    counts = load_file(tmp_path / "run" / "head" / "token_counts.safetensors")["counts"]
+    assert counts.shape == (101,) and counts.sum() > 0
     assert main([*args, "--resume", "--steps", "8"]) == 0
     report = json.loads((tmp_path / "run" / "head" / "training.json").read_text())
     assert report["steps"] == 8

@@ -42,6 +42,16 @@ class FeatureSet:
     def lengths(self) -> torch.Tensor:
         return self.offsets[1:] - self.offsets[:-1]
 
+    def reply_token_counts(self, vocab_size: int) -> torch.Tensor:
+        """How often each token id occurs in the replies (prompt rows excluded): [V] int64,
+        for choosing the draft's reduced vocabulary."""
+        lengths = self.lengths()
+        position = torch.arange(self.num_tokens) - torch.repeat_interleave(self.offsets[:-1],
+                                                                            lengths)
+        is_reply = position >= torch.repeat_interleave(self.prompt_lens, lengths)
+        reply_tokens = self.tokens[is_reply.to(self.tokens.device)]
+        return torch.bincount(reply_tokens.cpu(), minlength=vocab_size).long()
+
     def sequence(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.tokens[start:end], self.features[start:end], int(self.prompt_lens[i])

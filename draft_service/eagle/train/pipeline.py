@@ -31,6 +31,7 @@ from model_runtime.loading import default_model_path, find_gguf, is_gguf, load_m
 
 log = logging.getLogger("splitspec.train")
 TRAINING_JSON = "training.json"
+TOKEN_COUNTS = "token_counts.safetensors"
 EVAL_PROMPTS_JSON = "eval_prompts.json"
 
 
@@ -143,6 +144,8 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     sets = {"train": collect_train(config, target, prompts["train"], gen),
             **collect_eval(config, target, prompts)}
     del gen
+    write_token_counts(config.out / "head" / TOKEN_COUNTS, sets["train"],
+                       target.config.vocab_size)
     timings["collect_s"] = time.perf_counter() - started - timings["load_s"]
     log.info("collected %s in %.0f s", {k: data_summary(v) for k, v in sets.items()},
              timings["collect_s"])
@@ -173,6 +176,15 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     write_json(config.out / "head" / TRAINING_JSON, report)
     write_eval_prompts(config.out / "head" / EVAL_PROMPTS_JSON, prompts)
     return report
+
+
+def write_token_counts(path: Path, data: FeatureSet, vocab_size: int) -> None:
+    """Reply-token frequencies of the training data (``counts``, int64 [V]), kept with the
+    head for choosing a hot draft vocabulary."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"counts": data.reply_token_counts(vocab_size)}, path)
 
 
 def _recipe(config: PipelineConfig) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class TrainConfig:
     fit_steps_to_time: bool = False  # shrink the schedule after calibration to end in time
     stop_at_step: int = 0  # stop early at this step, schedule unchanged (for comparisons); 0: off
     amp: bool = True  # bf16 autocast on CUDA
+    snapshot_at: tuple[int, ...] = ()  # steps whose weights are kept (acceptance vs. steps)
 
 
 def init_head(head: EagleHead, config: TrainConfig) -> None:
@@ -161,6 +162,17 @@ class Trainer:
         tmp.replace(path)  # atomic: a killed run keeps the previous checkpoint
         return path
 
+    def save_snapshot(self) -> Path:
+        """The trainable weights now, as OUT/checkpoints/head-STEP.safetensors (bf16: a curve
+        point, small enough to bring back from a GPU box)."""
+        from safetensors.torch import save_file
+
+        path = self.out_dir / f"head-{self.step:05d}.safetensors"
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().to(torch.bfloat16).contiguous().cpu()
+                   for k, v in self.head.trainable_state_dict().items()}, path)
+        return path
+
     def load_checkpoint(self) -> bool:
         path = self.out_dir / CHECKPOINT
         if not path.exists():
@@ -229,6 +241,8 @@ class Trainer:
                 self._evaluate()
             if self.step % config.checkpoint_every == 0:
                 self.save_checkpoint()
+            if self.step in config.snapshot_at:
+                self.save_snapshot()
             bar.update(1)
             if config.time_limit_s and time.perf_counter() - session >= config.time_limit_s:
                 break
