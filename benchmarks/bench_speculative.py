@@ -7,7 +7,7 @@ target-only decoding (the same stack, `speculation.enabled = false`, fixed lengt
 is measured on held-out ShareGPT prompts and HumanEval prompts, greedy. Prints a table and
 saves JSON (and a PNG of acceptance by tree shape).
 
-    python -m benchmarks.bench_speculative            # full run (about 20 min on 2 cores)
+    python -m benchmarks.bench_speculative            # full run (30-40 min on 2 cores)
     python -m benchmarks.bench_speculative --quick    # smoke run
 """
 
@@ -56,6 +56,7 @@ class Setting:
         return args
 
 
+MODES = ("speculative", "target_only")
 SETTINGS = [
     Setting("eagle-tree", "eagle", 5, 4, 16),
     Setting("eagle-chain", "eagle", 4, 1, 5),
@@ -102,20 +103,34 @@ def final_item(client: Client, request: pb.GenerateRequest) -> tuple[int, pb.Gen
     return num_tokens, final
 
 
-def batch1_speed(client: Client, prompts: list[str], max_new: int, speculate: bool) -> dict:
-    tokens, steps, accepted = 0, 0, 0
-    started = time.perf_counter()
-    for prompt in prompts:
-        n, final = final_item(client, chat_request(prompt, max_new, speculate, ignore_eos=True))
-        tokens += n
-        steps += final.speculation.verify_steps
-        accepted += final.speculation.accepted_tokens
-    wall = time.perf_counter() - started
+def batch1_speed(client: Client, prompts: list[str], max_new: int) -> dict[str, dict]:
+    """Batch-1 tokens/s with and without speculation, interleaved prompt by prompt.
+
+    The modes alternate which goes first, so a slow drift of the machine (other tenants, clock
+    changes) falls on both equally instead of on whichever mode ran second.
+    """
+    totals = {mode: {"tokens": 0, "wall_s": 0.0, "steps": 0, "accepted": 0} for mode in MODES}
+    for i, prompt in enumerate(prompts):
+        order = MODES if i % 2 == 0 else MODES[::-1]
+        for mode in order:
+            request = chat_request(prompt, max_new, mode == "speculative", ignore_eos=True)
+            started = time.perf_counter()
+            n, final = final_item(client, request)
+            total = totals[mode]
+            total["wall_s"] += time.perf_counter() - started
+            total["tokens"] += n
+            total["steps"] += final.speculation.verify_steps
+            total["accepted"] += final.speculation.accepted_tokens
+    return {mode: _speed_summary(t) for mode, t in totals.items()}
+
+
+def _speed_summary(total: dict) -> dict:
+    steps = total["steps"]
     return {
-        "tokens": tokens,
-        "wall_s": round(wall, 2),
-        "tok_s": round(tokens / wall, 2),
-        "mean_acceptance_length": round((accepted + steps) / steps, 3) if steps else None,
+        "tokens": total["tokens"],
+        "wall_s": round(total["wall_s"], 2),
+        "tok_s": round(total["tokens"] / total["wall_s"], 2),
+        "mean_acceptance_length": round((total["accepted"] + steps) / steps, 3) if steps else None,
     }
 
 
@@ -137,25 +152,27 @@ def acceptance(client: Client, prompts: list[str], max_new: int, concurrency: in
 
 
 def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, list[str]]) -> dict:
-    threads = ["--threads", str(args.threads)]
+    target_args = ["--threads", str(args.threads), "--dtype", args.dtype]
     log_dir = Path(tempfile.mkdtemp(prefix=f"splitspec-bench-{setting.name}-"))
     head = args.eagle_head if args.eagle_head and args.eagle_head.exists() else None
-    stack = LocalStack(
-        threads, [], log_dir=log_dir, draft_args=[setting.draft_args(head, args.threads)]
-    )
+    draft_args = setting.draft_args(head, args.threads)
+    draft_args += ["--dtype", args.dtype, "--threads", str(args.draft_threads)]
+    stack = LocalStack(target_args, [], log_dir=log_dir, draft_args=[draft_args])
     stack.start(timeout_s=900)
     try:
         with Client(stack.router_address) as client:
-            speed_prompts = datasets["sharegpt"][: args.num_speed_prompts]
             final_item(client, chat_request("Warm up.", 8, True, ignore_eos=True))
+            speed = batch1_speed(client, datasets["speed"], args.speed_tokens)
             out = {
                 "setting": setting.__dict__,
-                "eagle_head": str(head) if head else None,
-                "speculative_batch1": batch1_speed(client, speed_prompts, args.speed_tokens, True),
-                "target_only_batch1": batch1_speed(client, speed_prompts, args.speed_tokens, False),
+                "eagle_head": str(head) if head and setting.method == "eagle" else None,
+                "hot_vocab": hot_vocab_size(head) if setting.method == "eagle" else None,
+                "speculative_batch1": speed["speculative"],
+                "target_only_batch1": speed["target_only"],
                 "acceptance": {
                     name: acceptance(client, prompts, args.accept_tokens, args.concurrency)
                     for name, prompts in datasets.items()
+                    if name != "speed"
                 },
             }
     finally:
@@ -163,6 +180,17 @@ def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, 
     s, t = out["speculative_batch1"], out["target_only_batch1"]
     out["speedup_batch1"] = round(s["tok_s"] / t["tok_s"], 3)
     return out
+
+
+def hot_vocab_size(head: Path | None) -> int | None:
+    """Tokens the head may draft (None: the whole vocabulary)."""
+    path = head / "hot_vocab.safetensors" if head else None
+    if path is None or not path.exists():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return int(f.get_slice("token_ids").get_shape()[0])
 
 
 def machine() -> dict:
@@ -220,11 +248,17 @@ def main() -> None:
     parser.add_argument("--settings", default=",".join(s.name for s in SETTINGS))
     parser.add_argument("--num-sharegpt", type=int, default=100)
     parser.add_argument("--num-humaneval", type=int, default=50)
-    parser.add_argument("--accept-tokens", type=int, default=64)
+    # Acceptance grows along a reply (greedy replies of a small model repeat themselves), so
+    # short replies understate it; 256 matches the offline replay of `splitspec eval-draft`.
+    parser.add_argument("--accept-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--num-speed-prompts", type=int, default=6)
     parser.add_argument("--speed-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="target torch threads")
+    parser.add_argument("--draft-threads", type=int, default=1, help="draft torch threads")
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="target and draft dtype (both modes use the same)"
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -234,14 +268,12 @@ def main() -> None:
         "sharegpt_heldout": sharegpt_heldout(args.num_sharegpt),
         "humaneval": humaneval(args.num_humaneval),
     }
-    datasets["sharegpt"] = datasets["sharegpt_heldout"]
+    datasets["speed"] = datasets["sharegpt_heldout"][: args.num_speed_prompts]
     chosen = [s for s in SETTINGS if s.name in args.settings.split(",")]
     results = []
     for setting in chosen:
         print(f"== {setting.name}", flush=True)
-        sets = {k: v for k, v in datasets.items() if k != "sharegpt"}
-        result = run_setting(setting, args, {**sets, "sharegpt": datasets["sharegpt"]})
-        result["acceptance"].pop("sharegpt", None)
+        result = run_setting(setting, args, datasets)
         results.append(result)
         print(json.dumps(result, indent=1), flush=True)
     report = {
