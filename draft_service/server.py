@@ -17,7 +17,7 @@ import torch
 from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
-from model_runtime.config import DTYPES
+from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
@@ -85,7 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default=None, help="default: cuda when available for eagle, else cpu"
     )
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
+    )
     parser.add_argument("--model", type=Path, default=None, help="target model path (eagle)")
     parser.add_argument("--eagle-head", type=Path, default=None, help="EAGLE head folder (eagle)")
     parser.add_argument(
@@ -123,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> DraftConfig:
         topk=args.topk,
         num_draft_tokens=args.num_draft_tokens,
         device=device,
-        dtype=DTYPES[args.dtype],
+        dtype=resolve_dtype(args.dtype, device),
         model_path=args.model,
         eagle_head=args.eagle_head,
         script=args.script,

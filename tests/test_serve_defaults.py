@@ -1,0 +1,47 @@
+"""`splitspec serve` defaults: which drafter and dtype a user gets without flags."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from model_runtime.config import cpu_has_native_bf16, resolve_dtype
+from splitspec.cli import _add_serve, _draft_args, draft_method
+
+
+def serve_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    _add_serve(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["serve", *argv])
+
+
+def test_default_model_drafts_with_its_shipped_eagle_head() -> None:
+    args = serve_args()
+    assert draft_method(args) == "eagle"
+    (replica,) = _draft_args(args)
+    assert replica[replica.index("--method") + 1] == "eagle"
+    assert "--eagle-head" not in replica  # the draft service picks the shipped head itself
+    assert replica[replica.index("--dtype") + 1] == "auto"
+
+
+def test_other_model_without_a_head_falls_back_to_ngram(tmp_path: Path) -> None:
+    assert draft_method(serve_args("--model", str(tmp_path))) == "ngram"
+    with_head = serve_args("--model", str(tmp_path), "--eagle-head", str(tmp_path))
+    assert draft_method(with_head) == "eagle"
+    assert _draft_args(serve_args("--draft-method", "off")) == []
+
+
+def test_auto_dtype_follows_native_bf16(tmp_path: Path) -> None:
+    amx = tmp_path / "amx"
+    amx.write_text("processor : 0\nflags : fpu sse avx2 amx_bf16 amx_tile\n")
+    plain = tmp_path / "plain"
+    plain.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
+    assert cpu_has_native_bf16(amx) and not cpu_has_native_bf16(plain)
+    assert not cpu_has_native_bf16(tmp_path / "missing")
+    assert resolve_dtype("auto", "cuda:0") == "bfloat16"
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_has_native_bf16() else "float32")
+    assert resolve_dtype("bf16", "cpu") == "bfloat16"
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("int3", "cpu")
