@@ -156,7 +156,7 @@ def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, 
     log_dir = Path(tempfile.mkdtemp(prefix=f"splitspec-bench-{setting.name}-"))
     head = args.eagle_head if args.eagle_head and args.eagle_head.exists() else None
     draft_args = setting.draft_args(head, args.threads)
-    draft_args += ["--dtype", args.dtype, "--threads", str(args.draft_threads)]
+    draft_args += ["--dtype", args.draft_dtype, "--threads", str(args.draft_threads)]
     stack = LocalStack(target_args, [], log_dir=log_dir, draft_args=[draft_args])
     stack.start(timeout_s=900)
     try:
@@ -256,9 +256,8 @@ def main() -> None:
     parser.add_argument("--speed-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2, help="target torch threads")
     parser.add_argument("--draft-threads", type=int, default=1, help="draft torch threads")
-    parser.add_argument(
-        "--dtype", default="bfloat16", help="target and draft dtype (both modes use the same)"
-    )
+    parser.add_argument("--dtype", default="float32", help="target dtype (both modes)")
+    parser.add_argument("--draft-dtype", default="auto", help="draft dtype")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:

@@ -25,9 +25,11 @@ NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
 def resolve_dtype(name: str, device: str) -> str:
     """A dtype name or alias -> torch attribute name; "auto" picks by device.
 
-    "auto" is bfloat16 on CUDA and on CPUs that multiply bf16 natively: there it halves the
-    weight traffic of a decode step and makes a many-token verify barely dearer than one
-    token. Elsewhere bf16 is emulated and slower than fp32, so "auto" stays float32.
+    "auto" is bfloat16 on CUDA and on CPUs that multiply bf16 natively (it halves the weight
+    traffic there), float32 elsewhere, where bf16 is emulated and slower. It suits drafters,
+    whose numerics never change the output. The target defaults to float32 on purpose: in bf16
+    a CPU's many-token verify and one-token decode round differently, so greedy output with
+    speculation could differ from target-only at near-ties.
     """
     if name != "auto":
         if name not in DTYPES:

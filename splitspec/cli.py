@@ -83,7 +83,7 @@ def _draft_args(args: argparse.Namespace) -> list[list[str]]:
         "--device",
         args.device,
         "--dtype",
-        args.dtype,
+        args.draft_dtype,
         "--threads",
         str(args.draft_threads),
     ]
@@ -111,9 +111,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument(
         "--dtype",
+        default="float32",
+        help="target dtype. float32 keeps greedy output with speculation identical to "
+        "target-only; in bf16 a CPU's many-token verify and one-token decode round differently",
+    )
+    p.add_argument(
+        "--draft-dtype",
         default="auto",
-        help="target and draft dtype; auto: bfloat16 on CUDA and on CPUs with native bf16 "
-        "(AMX / AVX-512 BF16), else float32",
+        help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
+        "native bf16 (AMX / AVX-512 BF16), else float32",
     )
     p.add_argument("--num-slots", type=int, default=32768)
     p.add_argument(

@@ -23,7 +23,8 @@ def test_default_model_drafts_with_its_shipped_eagle_head() -> None:
     (replica,) = _draft_args(args)
     assert replica[replica.index("--method") + 1] == "eagle"
     assert "--eagle-head" not in replica  # the draft service picks the shipped head itself
-    assert replica[replica.index("--dtype") + 1] == "auto"
+    assert replica[replica.index("--dtype") + 1] == "auto"  # the draft's dtype
+    assert args.dtype == "float32"  # the target's: keeps greedy speculation lossless
 
 
 def test_other_model_without_a_head_falls_back_to_ngram(tmp_path: Path) -> None:
