@@ -20,7 +20,7 @@ from model_runtime.sampling import SamplingTensors, filtered_probs
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.request_table import SamplingSpec
-from tests.helpers.spec_fixtures import TinyLlama, tiny_llama_dir
+from tests.helpers.tiny_llama import TinyLlama, tiny_llama_dir
 
 pytestmark = pytest.mark.timeout(300)
 VOCAB = 8
