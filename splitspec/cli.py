@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from model_runtime.config import DTYPE_CHOICES
 from splitspec.train_cli import add_train_parser
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
@@ -112,12 +113,14 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dtype",
         default="float32",
+        choices=DTYPE_CHOICES,
         help="target dtype. float32 keeps greedy output with speculation identical to "
         "target-only; in bf16 a CPU's many-token verify and one-token decode round differently",
     )
     p.add_argument(
         "--draft-dtype",
         default="auto",
+        choices=DTYPE_CHOICES,
         help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
         "native bf16 (AMX / AVX-512 BF16), else float32",
     )

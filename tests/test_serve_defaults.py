@@ -34,6 +34,13 @@ def test_other_model_without_a_head_falls_back_to_ngram(tmp_path: Path) -> None:
     assert _draft_args(serve_args("--draft-method", "off")) == []
 
 
+def test_unknown_dtypes_are_refused_before_anything_starts() -> None:
+    for flag in ("--dtype", "--draft-dtype"):
+        with pytest.raises(SystemExit):
+            serve_args(flag, "int3")
+    assert serve_args("--dtype", "bf16").dtype == "bf16"
+
+
 def test_auto_dtype_follows_native_bf16(tmp_path: Path) -> None:
     amx = tmp_path / "amx"
     amx.write_text("processor : 0\nflags : fpu sse avx2 amx_bf16 amx_tile\n")
