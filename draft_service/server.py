@@ -19,6 +19,7 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from protos import draft_pb2, draft_pb2_grpc
+from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
@@ -187,15 +188,20 @@ def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
     )
 
 
-def serve(config: DraftConfig) -> None:
+def _load_drafter(config: DraftConfig) -> Drafter:
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    drafter = build_drafter(config)
+    return build_drafter(config)
+
+
+def serve(config: DraftConfig) -> None:
+    compute = ComputeThread("draft-compute")
+    drafter = compute.run(_load_drafter, config)  # loads on the thread that runs it
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers), options=CHANNEL_OPTIONS
     )
     engine = DraftEngine(drafter, overload_errors(config))
-    servicer = DraftServicer(engine, draft_info(drafter, config))
+    servicer = DraftServicer(engine, draft_info(drafter, config), compute)
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
     start_server(server, [SERVICE_NAME], address, "draft")

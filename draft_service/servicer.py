@@ -13,6 +13,7 @@ from draft_service.drafter import ContextChunk, ContextMismatch, Drafter
 from draft_service.tree_types import DraftTree
 from model_runtime.wire import tensor_from_pb
 from protos import draft_pb2, draft_pb2_grpc
+from splitspec.compute_thread import ComputeThread
 
 
 class InvalidDraftInput(ValueError):
@@ -230,31 +231,42 @@ def tree_to_pb(request_id: str, tree: DraftTree | None) -> draft_pb2.DraftTree:
 
 
 class DraftServicer(draft_pb2_grpc.DraftModelServicer):
-    def __init__(self, engine: DraftEngine, info: draft_pb2.DraftInfo) -> None:
+    """Decoding, engine calls and encoding run on the compute thread (see ComputeThread); only
+    the reading of an Ingest stream stays on the gRPC handler thread."""
+
+    def __init__(
+        self, engine: DraftEngine, info: draft_pb2.DraftInfo, compute: ComputeThread
+    ) -> None:
         self.engine = engine
         self.info = info
+        self.compute = compute
 
     def Propose(self, request, context):  # noqa: N802 (gRPC naming)
-        items = _guard(
-            context, lambda: [RoundItem(chunk_from_pb(it.update), it.round) for it in request.items]
-        )
-        trees = _guard(context, lambda: self.engine.propose(items))
+        return _guard(context, lambda: self.compute.run(self._propose, request))
+
+    def _propose(self, request: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
+        items = [RoundItem(chunk_from_pb(it.update), it.round) for it in request.items]
+        trees = self.engine.propose(items)
         pairs = zip(items, trees, strict=True)
         return draft_pb2.ProposeResponse(
             trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs]
         )
 
     def Ingest(self, request_iterator, context):  # noqa: N802
-        # The whole stream is read before the engine's lock is taken: a slow sender must not
+        # The whole stream is read before the compute thread is asked: a slow sender must not
         # stall other requests' rounds.
-        chunks = _guard(context, lambda: [chunk_from_pb(c.update) for c in request_iterator])
-        result = _guard(context, lambda: self.engine.ingest(chunks))
+        messages = list(request_iterator)
+        return _guard(context, lambda: self.compute.run(self._ingest, messages))
+
+    def _ingest(self, messages: list[draft_pb2.IngestChunk]) -> draft_pb2.IngestResponse:
+        result = self.engine.ingest([chunk_from_pb(m.update) for m in messages])
         return draft_pb2.IngestResponse(
             num_tokens=result.num_tokens, num_hidden_rows=result.num_hidden_rows
         )
 
     def Release(self, request, context):  # noqa: N802
-        return draft_pb2.ReleaseResponse(num_released=self.engine.release(request.request_ids))
+        released = self.compute.run(self.engine.release, list(request.request_ids))
+        return draft_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802
         return self.info

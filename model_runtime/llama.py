@@ -11,6 +11,7 @@ from torch import nn
 from model_runtime.attention import AttentionMetadata, slot_attention
 from model_runtime.config import ModelConfig
 from model_runtime.layers import GatedMLP, RMSNorm, RotaryTable, apply_rotary
+from model_runtime.packed_linear import Linear
 
 
 class SelfAttention(nn.Module):
@@ -20,10 +21,10 @@ class SelfAttention(nn.Module):
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
         hidden = config.hidden_size
-        self.q_proj = nn.Linear(hidden, config.num_heads * config.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, config.num_kv_heads * config.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, config.num_kv_heads * config.head_dim, bias=False)
-        self.o_proj = nn.Linear(config.num_heads * config.head_dim, hidden, bias=False)
+        self.q_proj = Linear(hidden, config.num_heads * config.head_dim, bias=False)
+        self.k_proj = Linear(hidden, config.num_kv_heads * config.head_dim, bias=False)
+        self.v_proj = Linear(hidden, config.num_kv_heads * config.head_dim, bias=False)
+        self.o_proj = Linear(config.num_heads * config.head_dim, hidden, bias=False)
 
     def forward(
         self,
@@ -76,7 +77,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaBody(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary = RotaryTable(config.head_dim, config.max_position, config.rope_theta)

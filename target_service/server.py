@@ -12,7 +12,9 @@ import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path, load_model
+from model_runtime.packed_linear import prepack_linears
 from protos import target_pb2, target_pb2_grpc
+from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
@@ -47,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-context", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--no-prepack",
+        dest="prepack",
+        action="store_false",
+        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
+        "steps by default, at the cost of a second copy of the weights)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TargetConfig:
@@ -62,6 +71,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         max_batch_tokens=args.max_batch_tokens,
         max_context=args.max_context,
         num_threads=args.threads,
+        prepack_weights=args.prepack,
     )
 
 
@@ -70,6 +80,10 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         torch.set_num_threads(config.num_threads)
     dtype = getattr(torch, config.dtype)
     model = load_model(config.model_path, dtype, torch.device(config.device), config.cache_dir)
+    if config.prepack_weights:
+        packed = prepack_linears(model)
+        if packed:
+            log.info("prepacked %.0f MiB of weights for few-row steps (MKL)", packed / 2**20)
     return TargetEngine(config, model)
 
 
@@ -90,10 +104,11 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
 
 
 def serve(config: TargetConfig) -> None:
-    engine = build_engine(config)
+    compute = ComputeThread("target-compute")
+    engine = compute.run(build_engine, config)  # the model loads on the thread that runs it
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
     target_pb2_grpc.add_TargetModelServicer_to_server(
-        TargetServicer(engine, target_info(engine)), server
+        TargetServicer(engine, target_info(engine), compute), server
     )
     address = f"{config.host}:{config.port}"
     start_server(server, [SERVICE_NAME], address, "target")

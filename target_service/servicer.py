@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import grpc
 
 from model_runtime.wire import tensor_to_pb
 from protos import target_pb2, target_pb2_grpc
+from splitspec.compute_thread import ComputeThread
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.request_table import SamplingSpec
@@ -34,16 +33,17 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
 
 
 class TargetServicer(target_pb2_grpc.TargetModelServicer):
-    def __init__(self, engine: TargetEngine, info: target_pb2.TargetInfo) -> None:
+    def __init__(
+        self, engine: TargetEngine, info: target_pb2.TargetInfo, compute: ComputeThread
+    ) -> None:
         self.engine = engine
         self.info = info
-        # The engine owns device state; steps run one at a time.
-        self.lock = threading.Lock()
+        # The engine owns device state: every call runs on the one compute thread, in turn.
+        self.compute = compute
 
     def Forward(self, request, context):  # noqa: N802 (gRPC naming)
         items = [item_from_pb(it) for it in request.items]
-        with self.lock:
-            result = self._call(context, self.engine.forward, items)
+        result = self._call(context, self.engine.forward, items)
         return target_pb2.ForwardResponse(
             next_token_ids=result.next_token_ids, forward_ms=result.forward_ms
         )
@@ -60,8 +60,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
             for it in request.items
         ]
-        with self.lock:
-            results, forward_ms = self._call(context, self.engine.verify, items)
+        results, forward_ms = self._call(context, self.engine.verify, items)
         return target_pb2.VerifyResponse(
             results=[
                 target_pb2.VerifyResult(
@@ -76,14 +75,9 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
 
     def ReadHidden(self, request, context):  # noqa: N802
         rows_per_chunk = request.rows_per_chunk or HIDDEN_ROWS_PER_CHUNK
-        with self.lock:
-            rows = self._call(
-                context,
-                self.engine.read_hidden,
-                request.request_id,
-                request.start_pos,
-                request.end_pos,
-            )
+        rows = self._call(
+            context, self.engine.read_hidden, request.request_id, request.start_pos, request.end_pos
+        )
         for offset in range(0, rows.shape[0], rows_per_chunk):
             chunk = rows[offset : offset + rows_per_chunk]
             yield target_pb2.HiddenChunk(
@@ -91,16 +85,14 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
 
     def Release(self, request, context):  # noqa: N802
-        with self.lock:
-            released = self.engine.release(list(request.request_ids))
+        released = self.compute.run(self.engine.release, list(request.request_ids))
         return target_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802
         return self.info
 
-    @staticmethod
-    def _call(context, fn, *args):
+    def _call(self, context, fn, *args):
         try:
-            return fn(*args)
+            return self.compute.run(fn, *args)
         except (InvalidStep, UnknownRequest, OutOfCapacity) as err:
             context.abort(_STATUS[type(err)], str(err))
