@@ -265,7 +265,9 @@ def main() -> None:
     parser.add_argument("--num-speed-prompts", type=int, default=10)
     parser.add_argument("--speed-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2, help="target torch threads")
-    parser.add_argument("--draft-threads", type=int, default=1, help="draft torch threads")
+    parser.add_argument(
+        "--draft-threads", type=int, default=0, help="draft torch threads (0: torch's default)"
+    )
     parser.add_argument("--dtype", default="float32", help="target dtype (both modes)")
     parser.add_argument("--draft-dtype", default="auto", help="draft dtype")
     parser.add_argument("--quick", action="store_true")

@@ -111,8 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=0,
-        help="torch CPU threads (0: torch's default). A draft step's matrices are small, so "
-        "one thread often drafts as fast as two and leaves the other core to the target",
+        help="torch CPU threads (0: torch's default, all cores). At batch 1 the target and "
+        "the drafter take turns; on a 2-core CPU two draft threads cut a draft round from "
+        "~33 to ~30 ms",
     )
 
 

@@ -135,8 +135,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--draft-threads",
         type=int,
-        default=1,
-        help="torch threads of each draft replica (its matrices are small)",
+        default=0,
+        help="torch threads of each draft replica (0: torch's default, all cores; the "
+        "target and the drafter take turns, so both may use every core)",
     )
     p.add_argument("--num-draft-replicas", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")
