@@ -18,9 +18,21 @@ from splitspec.lifecycle import PARENT_PID_ENV
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct free ports. The sockets stay bound until all are picked: the kernel may
+    hand a just-closed port out again, and gRPC servers bind with SO_REUSEPORT, so two services
+    of one stack would share a port and receive each other's calls."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 @dataclass
@@ -97,8 +109,12 @@ class LocalStack:
     ) -> None:
         self.host = host
         self.log_dir = log_dir
-        target_port, router_port = free_port(host), free_port(host)
-        self.drafts = [self._draft(i, args) for i, args in enumerate(draft_args or [])]
+        draft_args = draft_args or []
+        target_port, router_port, *draft_ports = free_ports(2 + len(draft_args), host)
+        self.drafts = [
+            self._draft(i, port, args)
+            for i, (port, args) in enumerate(zip(draft_ports, draft_args, strict=True))
+        ]
         router_args = [*router_args, *(a for d in self.drafts for a in ("--draft", d.address))]
         self.target_address = f"{host}:{target_port}"
         self.router_address = f"{host}:{router_port}"
@@ -126,8 +142,7 @@ class LocalStack:
             self._log("router"),
         )
 
-    def _draft(self, index: int, args: list[str]) -> ServiceProcess:
-        port = free_port(self.host)
+    def _draft(self, index: int, port: int, args: list[str]) -> ServiceProcess:
         return ServiceProcess(
             f"draft-{index}",
             python_module("draft_service", "--host", self.host, "--port", str(port), *args),

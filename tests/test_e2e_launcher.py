@@ -47,3 +47,15 @@ def test_services_start_from_a_process_that_uses_grpc() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     num_failed, codes = result.stdout.strip().splitlines()[-1].split(" ", 1)
     assert int(num_failed) == 0, f"{num_failed} of {NUM_SPAWNS} children died before exec: {codes}"
+
+
+def test_a_stack_gets_distinct_ports_for_all_its_services() -> None:
+    from splitspec.launcher import LocalStack, free_ports
+
+    # gRPC servers bind with SO_REUSEPORT: two services handed one port would share it.
+    for _ in range(200):
+        ports = free_ports(6)
+        assert len(set(ports)) == 6
+    stack = LocalStack([], [], draft_args=[[], [], []])
+    addresses = [s.address for s in stack.services()]
+    assert len(set(addresses)) == len(addresses) == 5
