@@ -37,6 +37,11 @@ class Stream:
         assert self.items, "the stream had no items"
         return self.items[-1]
 
+    @property
+    def blocks(self) -> list[list[int]]:
+        """Token ids per item: one committed block each (items without tokens skipped)."""
+        return [list(item.token_ids) for item in self.items if item.token_ids]
+
 
 class Router:
     """A sync client of the public API: one channel, every call with a deadline."""

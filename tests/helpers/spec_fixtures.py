@@ -15,7 +15,6 @@ import functools
 import random
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -25,6 +24,7 @@ from protos import generation_pb2_grpc
 from router.tokenizer import Tokenizer
 from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import LocalStack
+from tests.helpers.rpc import Stream
 from tests.helpers.tiny_llama import (  # noqa: F401 (fixtures re-exported to the spec tests)
     oracle_head_dir_fixture,
     tiny_model_dir_fixture,
@@ -88,31 +88,6 @@ def running_stack(
 
 
 # ---- the client ----------------------------------------------------------------------------
-
-
-@dataclass
-class Stream:
-    """Every item of one Generate stream."""
-
-    items: list[pb.GenerateResponse] = field(default_factory=list)
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [t for item in self.items for t in item.token_ids]
-
-    @property
-    def text(self) -> str:
-        return "".join(item.text for item in self.items)
-
-    @property
-    def final(self) -> pb.GenerateResponse:
-        assert self.items, "the stream had no items"
-        return self.items[-1]
-
-    @property
-    def blocks(self) -> list[list[int]]:
-        """Token ids per item: one committed block each (items without tokens skipped)."""
-        return [list(item.token_ids) for item in self.items if item.token_ids]
 
 
 class Router:
