@@ -10,13 +10,9 @@ both keep torch's own kernel; their numerics do not change.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-log = logging.getLogger(__name__)
 
 # Row counts that take the packed weight: measured faster than torch's kernel on the default
 # model's shapes (2-core Xeon, torch 2.13 CPU wheel); outside it the packed path was slower.
