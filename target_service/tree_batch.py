@@ -48,4 +48,5 @@ def pad_trees(
         torch.tensor(rows).to(**to),
         torch.tensor(start_pos).to(**to),
         sizes.to(**to),
+        all_full=all(len(t) == num_nodes for t in token_ids),
     )

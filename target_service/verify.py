@@ -34,6 +34,7 @@ class TreeBatch:
     rows: torch.Tensor  # [B] slot-table rows
     start_pos: torch.Tensor  # [B] position of each root
     num_nodes: torch.Tensor  # [B]
+    all_full: bool = False  # known on the host: every tree has N nodes (no padding)
 
 
 @dataclass
@@ -74,8 +75,12 @@ def run_verify(
         trees.tokens.flatten()[real], positions.flatten()[real], (pools.k, pools.v), meta
     )
     pools.hidden.index_copy_(0, write_slots, hidden)
-    logits = hidden.new_zeros((num_req * num_nodes, model.config.vocab_size), dtype=torch.float32)
-    logits[real] = model.logits(hidden)
+    if trees.all_full:  # the common case (one tree, or trees of one size): no scatter needed
+        logits = model.logits(hidden)
+    else:
+        vocab = model.config.vocab_size
+        logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
+        logits[real] = model.logits(hidden)
     accepted = _accept(trees, layout, logits.view(num_req, num_nodes, -1), params, greedy)
     compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None

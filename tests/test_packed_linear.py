@@ -1,4 +1,5 @@
-"""Prepacked linears: few-row steps take MKL's packed weight and agree with torch's kernel."""
+"""Prepacked linears: few-row steps take the packed weight (the few-row kernel's or MKL's) and
+agree with torch's kernel."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 def packed_layer(in_features: int, out_features: int) -> Linear:
     torch.manual_seed(0)
     layer = Linear(in_features, out_features, bias=True)
-    assert prepack_linears(layer) == out_features * in_features * 4
+    assert prepack_linears(layer)[0] == out_features * in_features * 4
     return layer
 
 
@@ -52,5 +53,5 @@ def test_the_packed_path_really_runs_for_a_verify_sized_step() -> None:
 
 def test_non_fp32_models_are_left_alone() -> None:
     layer = Linear(8, 8).to(torch.bfloat16)
-    assert prepack_linears(layer) == 0
+    assert prepack_linears(layer) == (0, "")
     assert layer.packed is None

@@ -1,0 +1,84 @@
+"""The few-row fp32 kernel (kernels/few_row_linear.cpp) against its torch reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import few_row_linear
+from model_runtime.packed_linear import PACKED_MAX_ROWS, PACKED_MIN_ROWS, Linear, prepack_linears
+
+REASON = few_row_linear.unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"kernel cannot run here: {REASON}")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    module = few_row_linear.load()
+    assert module is not None, "the kernel should build where unavailable_reason() is None"
+    return module
+
+
+def error_vs_float64(got: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
+    exact = few_row_linear.reference(x.double(), weight.double())
+    return (got.double() - exact).abs().max().item()
+
+
+@pytest.mark.parametrize("rows", range(1, 17))
+def test_every_row_count_is_as_accurate_as_torch(kernel, rows: int) -> None:
+    torch.manual_seed(rows)
+    weight, x = torch.randn(1536, 576), torch.randn(rows, 576)
+    got = kernel.linear(x, kernel.pack(weight))
+    assert got.shape == (rows, 1536)
+    torch.testing.assert_close(got, few_row_linear.reference(x, weight), rtol=1e-5, atol=1e-4)
+    # Chunked sums keep its rounding error within torch's own (MKL) on the same product.
+    ours = error_vs_float64(got, x, weight)
+    assert ours <= 2 * error_vs_float64(F.linear(x, weight), x, weight) + 1e-6
+
+
+@pytest.mark.parametrize(("out_features", "in_features"), [(16, 1), (48, 40), (192, 1536)])
+def test_odd_shapes(kernel, out_features: int, in_features: int) -> None:
+    weight, x = torch.randn(out_features, in_features), torch.randn(5, in_features)
+    got = kernel.linear(x, kernel.pack(weight))
+    torch.testing.assert_close(got, few_row_linear.reference(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_pack_layout_is_blocks_of_16_columns(kernel) -> None:
+    weight = torch.arange(32 * 3, dtype=torch.float32).view(32, 3)
+    packed = kernel.pack(weight)
+    assert packed.shape == (2, 3, 16)
+    assert torch.equal(packed[1, 2], weight[16:32, 2])
+
+
+def test_bad_input_is_refused(kernel) -> None:
+    packed = kernel.pack(torch.randn(32, 8))
+    with pytest.raises(RuntimeError, match="1 to 16 rows"):
+        kernel.linear(torch.randn(17, 8), packed)
+    with pytest.raises(RuntimeError, match="in_features"):
+        kernel.linear(torch.randn(2, 9), packed)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        kernel.pack(torch.randn(20, 8))
+    with pytest.raises(RuntimeError, match="float32"):
+        kernel.linear(torch.randn(2, 8, dtype=torch.float64), packed)
+
+
+def test_linear_layers_take_the_kernel_for_verify_sized_steps() -> None:
+    torch.manual_seed(0)
+    layer = Linear(64, 32, bias=True)
+    packed_bytes, packer = prepack_linears(layer)
+    assert (packed_bytes, packer) == (64 * 32 * 4, "few-row kernel")
+    x = torch.randn(PACKED_MAX_ROWS, 64)
+    expected = F.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():  # only the packed copy is left to answer few-row steps
+        layer.weight.zero_()
+    for rows in (PACKED_MIN_ROWS, PACKED_MAX_ROWS):
+        torch.testing.assert_close(layer(x[:rows]), expected[:rows], rtol=1e-5, atol=1e-5)
+    assert torch.equal(layer(x[:1]), F.linear(x[:1], layer.weight, layer.bias))
+
+
+def test_mkl_packing_stays_available() -> None:
+    layer = Linear(64, 32, bias=False)
+    assert prepack_linears(layer, use_kernel=False)[1] == "MKL"
+    x = torch.randn(8, 64)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
