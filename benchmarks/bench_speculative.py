@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import os
 import platform
+import shlex
 import subprocess
 import tempfile
 import time
