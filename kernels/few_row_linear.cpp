@@ -1,8 +1,9 @@
 // y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32, AVX-512.
 //
 // Why: with so few rows a linear layer streams its whole weight from memory for very little
-// arithmetic. MKL's packed sgemm computes and then waits for memory in turn on this size; this
-// kernel prefetches the weight stream ahead of the multiply-adds so that the two overlap.
+// arithmetic. On 2 cores MKL's packed sgemm took ~1.8 ms per layer of the default model at 16
+// rows against ~0.9 ms for a 1-row step, about its compute time plus its memory time. This
+// kernel prefetches the weight stream ahead of the multiply-adds so that the two overlap more.
 //
 // Layout: the weight is packed once as [N / 16][K][16] (16 output columns per block, one
 // 64-byte line per k), so each block is one contiguous stream. Each output row accumulates over
@@ -21,7 +22,7 @@ constexpr int64_t BLOCK = 16;          // output columns per block: one zmm regi
 constexpr int64_t MAX_ROWS = 16;
 constexpr int64_t CHUNK = 64;          // k steps per partial sum
 // How far ahead of the multiply-adds the weight stream is requested: into L2 far ahead, into
-// L1 shortly before use (measured on a 2-core Xeon: ~7% faster than one L1 prefetch at 32).
+// L1 shortly before use (on a 2-core Xeon 6-10% faster than one L1 prefetch 32 lines ahead).
 constexpr int64_t PREFETCH_L1_LINES = 16;
 constexpr int64_t PREFETCH_L2_LINES = 64;
 
@@ -75,7 +76,8 @@ torch::Tensor pack(const torch::Tensor& weight) {
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x must be 2-D float32");
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.is_contiguous(),
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.is_contiguous() &&
+                  packed.scalar_type() == torch::kFloat,
               "packed must come from pack()");
   const int64_t rows = x.size(0), k_len = x.size(1), n_len = packed.size(0) * BLOCK;
   TORCH_CHECK(rows >= 1 && rows <= MAX_ROWS, "x must have 1 to 16 rows");

@@ -25,6 +25,9 @@ SOURCE = Path(__file__).resolve().parent / "few_row_linear.cpp"
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
+# torch's builder holds a lock file while it compiles and waits for it forever; one older than
+# this was left by a build that was killed (a build takes about a minute).
+STALE_LOCK_S = 600
 
 
 def unavailable_reason() -> str | None:
@@ -51,6 +54,7 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
 
     build_dir = (cache_dir or default_cache_dir()) / "kernels" / f"torch-{torch.__version__}"
     build_dir.mkdir(parents=True, exist_ok=True)
+    _drop_stale_lock(build_dir / "lock")
     started = time.monotonic()
     try:
         module = build_extension(
@@ -67,6 +71,15 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
     if took > 5:
         log.info("built the few-row linear kernel in %.0f s (%s)", took, build_dir)
     return module
+
+
+def _drop_stale_lock(lock: Path) -> None:
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+            log.warning("removed a stale kernel build lock (%s)", lock)
+    except FileNotFoundError:
+        pass
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -82,3 +85,15 @@ def test_mkl_packing_stays_available() -> None:
     assert prepack_linears(layer, use_kernel=False)[1] == "MKL"
     x = torch.randn(8, 64)
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_a_stale_build_lock_is_dropped_and_a_fresh_one_kept(tmp_path) -> None:
+    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
+    stale.touch()
+    fresh.touch()
+    old = time.time() - few_row_linear.STALE_LOCK_S - 60
+    os.utime(stale, (old, old))
+    few_row_linear._drop_stale_lock(stale)
+    few_row_linear._drop_stale_lock(fresh)
+    few_row_linear._drop_stale_lock(tmp_path / "missing")
+    assert not stale.exists() and fresh.exists()
