@@ -1,7 +1,7 @@
 """The few-row fp32 linear kernel (few_row_linear.cpp): build, load, and its torch reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes about a minute on 2 cores once per machine and torch version;
+``<cache>/kernels/``, which takes under a minute on 2 cores once per machine and torch version;
 ``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). Where it cannot be
 built or run (no AVX-512, no compiler, not x86) ``load()`` returns None and callers keep torch's
 kernels.
@@ -23,7 +23,7 @@ log = logging.getLogger("splitspec.kernels")
 
 SOURCE = Path(__file__).resolve().parent / "few_row_linear.cpp"
 BLOCK = 16  # output columns per packed block
-MAX_ROWS = 16
+MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
 # torch's builder holds a lock file while it compiles and waits for it forever; one older than
 # this was left by a build that was killed (a build takes about a minute).
@@ -99,7 +99,7 @@ def supports(weight: torch.Tensor) -> bool:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print("building the few-row linear kernel (about a minute, once) ...", flush=True)
+    print("building the few-row linear kernel (under a minute, once) ...", flush=True)
     module = load()
     if module is None:
         print(f"not built: {unavailable_reason() or 'see the warning above'}")

@@ -24,7 +24,7 @@ from kernels import few_row_linear
 # Row counts that take the packed weight: measured faster than torch's kernel on the default
 # model's shapes (2-core Xeon, torch 2.13 CPU wheel); outside it the packed path was slower.
 PACKED_MIN_ROWS = 4
-PACKED_MAX_ROWS = 16
+PACKED_MAX_ROWS = few_row_linear.MAX_ROWS  # the most rows the kernel takes
 PACK_HINT_ROWS = 16  # MKL's packing takes the expected row count as a layout hint
 
 FewRowFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, packed) -> x @ weight.T
@@ -53,10 +53,6 @@ def can_prepack(weight: torch.Tensor) -> bool:
     )
 
 
-def _mkl_linear(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkl._mkl_linear(x, packed, weight, None, x.shape[0])
-
-
 def prepack_linears(
     model: nn.Module, cache_dir: Path | None = None, use_kernel: bool = True
 ) -> tuple[int, str]:
@@ -77,10 +73,11 @@ def prepack_linears(
                 module.packed, module.few_row = kernel.pack(weight), kernel.linear
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
-                module.few_row = _bind_mkl(weight)
+                module.few_row = _mkl_few_row(weight)
             packed_bytes += weight.numel() * weight.element_size()
     return packed_bytes, "few-row kernel" if kernel is not None else "MKL"
 
 
-def _bind_mkl(weight: torch.Tensor) -> FewRowFn:
-    return lambda x, packed: _mkl_linear(x, packed, weight)
+def _mkl_few_row(weight: torch.Tensor) -> FewRowFn:
+    """MKL's packed sgemm for this weight (it takes the unpacked weight too)."""
+    return lambda x, packed: torch.ops.mkl._mkl_linear(x, packed, weight, None, x.shape[0])
