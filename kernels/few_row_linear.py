@@ -26,7 +26,7 @@ BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
 # torch's builder holds a lock file while it compiles and waits for it forever; one older than
-# this was left by a build that was killed (a build takes about a minute).
+# this was left by a build that was killed (a build takes under a minute).
 STALE_LOCK_S = 600
 
 

@@ -59,23 +59,33 @@ def prepack_linears(
     """Packs every Linear of a CPU fp32 model in place: (bytes of weight packed, packer name).
 
     The packed copies sit beside the weights (which the other row counts still use), so the
-    model's weight memory roughly doubles. The packer is "few-row kernel" or "MKL".
+    model's weight memory roughly doubles. The packer names what each layer got: "few-row
+    kernel", "MKL", or both with counts when some shapes fall back to MKL.
     """
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     if not linears or not can_prepack(linears[0].weight):
         return 0, ""
     kernel = few_row_linear.load(cache_dir) if use_kernel else None
-    packed_bytes = 0
+    packed_bytes, on_kernel = 0, 0
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
             if kernel is not None and few_row_linear.supports(weight):
                 module.packed, module.few_row = kernel.pack(weight), kernel.linear
+                on_kernel += 1
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
                 module.few_row = _mkl_few_row(weight)
             packed_bytes += weight.numel() * weight.element_size()
-    return packed_bytes, "few-row kernel" if kernel is not None else "MKL"
+    return packed_bytes, _packer_name(on_kernel, len(linears))
+
+
+def _packer_name(on_kernel: int, total: int) -> str:
+    if on_kernel == total:
+        return "few-row kernel"
+    if on_kernel == 0:
+        return "MKL"
+    return f"few-row kernel for {on_kernel} layers, MKL for {total - on_kernel}"
 
 
 def _mkl_few_row(weight: torch.Tensor) -> FewRowFn:

@@ -10,14 +10,25 @@ import torch
 import torch.nn.functional as F
 
 from kernels import few_row_linear
-from model_runtime.packed_linear import PACKED_MAX_ROWS, PACKED_MIN_ROWS, Linear, prepack_linears
+from model_runtime.packed_linear import (
+    PACKED_MAX_ROWS,
+    PACKED_MIN_ROWS,
+    Linear,
+    can_prepack,
+    prepack_linears,
+)
 
 REASON = few_row_linear.unavailable_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"kernel cannot run here: {REASON}")
+needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"kernel cannot run here: {REASON}")
+needs_mkl_packing = pytest.mark.skipif(
+    not can_prepack(torch.zeros(1)), reason="this torch build has no MKL packed sgemm"
+)
 
 
 @pytest.fixture(scope="module")
 def kernel():
+    if REASON is not None:
+        pytest.skip(f"kernel cannot run here: {REASON}")
     module = few_row_linear.load()
     assert module is not None, "the kernel should build where unavailable_reason() is None"
     return module
@@ -66,6 +77,8 @@ def test_bad_input_is_refused(kernel) -> None:
         kernel.linear(torch.randn(2, 8, dtype=torch.float64), packed)
 
 
+@needs_kernel
+@needs_mkl_packing
 def test_linear_layers_take_the_kernel_for_verify_sized_steps() -> None:
     torch.manual_seed(0)
     layer = Linear(64, 32, bias=True)
@@ -80,6 +93,17 @@ def test_linear_layers_take_the_kernel_for_verify_sized_steps() -> None:
     assert torch.equal(layer(x[:1]), F.linear(x[:1], layer.weight, layer.bias))
 
 
+@needs_kernel
+@needs_mkl_packing
+def test_shapes_the_kernel_cannot_take_fall_back_to_mkl_and_the_name_says_so() -> None:
+    model = torch.nn.Sequential(Linear(64, 32, bias=False), Linear(64, 20, bias=False))
+    assert prepack_linears(model)[1] == "few-row kernel for 1 layers, MKL for 1"
+    x = torch.randn(8, 64)
+    for layer in model:
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+@needs_mkl_packing
 def test_mkl_packing_stays_available() -> None:
     layer = Linear(64, 32, bias=False)
     assert prepack_linears(layer, use_kernel=False)[1] == "MKL"
