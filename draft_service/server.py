@@ -23,6 +23,7 @@ from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
+from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
@@ -195,7 +196,7 @@ def _load_drafter(config: DraftConfig) -> Drafter:
     return build_drafter(config)
 
 
-def serve(config: DraftConfig) -> None:
+def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("draft-compute")
     drafter = compute.run(_load_drafter, config)  # loads on the thread that runs it
     server = grpc.server(
@@ -205,7 +206,7 @@ def serve(config: DraftConfig) -> None:
     servicer = DraftServicer(engine, draft_info(drafter, config), compute)
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "draft")
+    start_server(server, [SERVICE_NAME], address, "draft", tls)
     log.info(
         "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
         drafter.method,
@@ -223,10 +224,11 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec draft", description=__doc__)
     add_arguments(parser)
+    add_server_tls_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
-    serve(config)
+    serve(config, server_tls_from_args(args))

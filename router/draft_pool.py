@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
+from splitspec.security import ClientTLS, aio_channel
 
 log = logging.getLogger("splitspec.router")
 
@@ -30,16 +31,20 @@ class DraftReplica:
     request_ids: set[str] = field(default_factory=set)
 
     @classmethod
-    def connect(cls, address: str) -> DraftReplica:
-        channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    def connect(cls, address: str, tls: ClientTLS | None = None) -> DraftReplica:
+        channel = aio_channel(address, tls, CHANNEL_OPTIONS)
         return cls(address, channel, draft_pb2_grpc.DraftModelStub(channel))
 
 
 class DraftPool:
     def __init__(
-        self, addresses: list[str], timeout_s: float, probe_interval_s: float = 1.0
+        self,
+        addresses: list[str],
+        timeout_s: float,
+        probe_interval_s: float = 1.0,
+        tls: ClientTLS | None = None,
     ) -> None:
-        self.replicas = [DraftReplica.connect(a) for a in addresses]
+        self.replicas = [DraftReplica.connect(a, tls) for a in addresses]
         self.timeout_s = timeout_s
         self.probe_interval_s = probe_interval_s
 

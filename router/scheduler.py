@@ -62,11 +62,16 @@ class Scheduler:
 
     # ---- called by the servicer ---------------------------------------------------------
 
+    def check_queue(self) -> None:
+        if len(self.waiting) >= self.config.max_queue:
+            raise Overloaded(
+                f"admission queue is full ({self.config.max_queue} waiting); retry later"
+            )
+
     def submit(self, req: Request) -> None:
         if req.request_id in self.in_flight:
             raise DuplicateRequest(f"request id {req.request_id!r} is already in flight")
-        if len(self.waiting) >= self.config.max_queue:
-            raise Overloaded(f"admission queue is full ({self.config.max_queue} waiting)")
+        self.check_queue()
         self.in_flight[req.request_id] = req
         self.outputs[req.request_id] = OutputStream(self.tokenizer, req.options)
         self.waiting.append(req)

@@ -13,6 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
+from router import admission, auth, secure
+from router.admission import AdmissionLimits
 from router.config import RouterConfig
 from router.draft_pool import DraftPool
 from router.kv_manager import KVManager
@@ -26,6 +28,7 @@ from router.tokenizer import Tokenizer
 from router.validation import Limits
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
 from splitspec.lifecycle import die_with_parent_if_asked
+from splitspec.security import ClientTLS, aio_channel, bind
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
@@ -74,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-timeout", type=float, default=10.0)
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")
+    secure.add_arguments(parser)
+    admission.add_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
@@ -106,10 +111,10 @@ def default_tokenizer_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-async def wait_for_target(address: str, timeout_s: float) -> None:
+async def wait_for_target(address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    async with aio_channel(address, tls, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while loop.time() < deadline:
             try:
@@ -138,10 +143,16 @@ def model_info(
     )
 
 
-async def serve(config: RouterConfig) -> None:
+async def serve(
+    config: RouterConfig,
+    security: secure.RouterSecurity | None = None,
+    admit: AdmissionLimits | None = None,
+) -> None:
+    security, admit = security or secure.RouterSecurity(), admit or AdmissionLimits()
     tokenizer = Tokenizer.from_model_path(str(config.model_path))
-    await wait_for_target(config.target_address, config.connect_timeout_s)
-    target = TargetClient(config.target_address, config.rpc_timeout_s)
+    tls = security.internal_tls
+    await wait_for_target(config.target_address, config.connect_timeout_s, tls)
+    target = TargetClient(config.target_address, config.rpc_timeout_s, tls)
     info = await target.info()
     if config.max_step_tokens > info.max_batch_tokens:
         log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
@@ -149,7 +160,7 @@ async def serve(config: RouterConfig) -> None:
         config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
     lookahead = config.max_tree_tokens if config.draft_addresses else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
-    pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s)
+    pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s, tls=tls)
     spec = Speculation(
         pool,
         target,
@@ -167,13 +178,15 @@ async def serve(config: RouterConfig) -> None:
         config.max_new_tokens_limit,
         config.default_max_new_tokens,
     )
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    generation_pb2_grpc.add_GenerationServicer_to_server(
-        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server
+    server = grpc.aio.server(
+        options=admission.public_server_options(CHANNEL_OPTIONS, admit),
+        interceptors=auth.interceptors(security.api_key),
     )
+    servicer = GenerationServicer(scheduler, limits, model_info(info, tokenizer, config), admit)
+    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     await add_health_and_reflection_aio(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
-    if server.add_insecure_port(address) == 0:
+    if bind(server, address, security.public_tls) == 0:
         raise SystemExit(f"router: cannot bind {address}")
     await server.start()
     log.info(
@@ -194,4 +207,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve(config_from_args(parser.parse_args(argv))))
+    args = parser.parse_args(argv)
+    config = config_from_args(args)
+    asyncio.run(serve(config, secure.security_from_args(args), admission.limits_from_args(args)))

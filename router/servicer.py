@@ -8,6 +8,7 @@ import grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from router.admission import AdmissionLimits, check_fields, check_prompt_len
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.request import Request
 from router.scheduler import Scheduler
@@ -22,10 +23,17 @@ _STATUS = {
 
 
 class GenerationServicer(generation_pb2_grpc.GenerationServicer):
-    def __init__(self, scheduler: Scheduler, limits: Limits, model_info: pb.ModelInfo) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        limits: Limits,
+        model_info: pb.ModelInfo,
+        admit: AdmissionLimits | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.limits = limits
         self.model_info = model_info
+        self.admit = admit or AdmissionLimits()
 
     async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
         try:
@@ -80,7 +88,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:
+        self.scheduler.check_queue()  # a full queue refuses before any tokenizing
+        check_fields(request, self.admit)
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
+        check_prompt_len(len(ids), self.admit)
         options = sampling_options(request, len(ids), self.limits)
         kv = self.scheduler.kv
         needed = kv.slots_needed(len(ids), options.max_new_tokens)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
-
 from protos import target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
+from splitspec.security import ClientTLS, aio_channel
 
 
 class TargetClient:
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(self, address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS)
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
 
     async def info(self) -> target_pb2.TargetInfo:

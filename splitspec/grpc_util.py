@@ -9,6 +9,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from splitspec.security import ClientTLS, ServerTLS, bind, sync_channel
+
 # Explicit limits everywhere: hidden states travel in chunks well under these.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -43,11 +45,16 @@ async def add_health_and_reflection_aio(
 
 
 def start_server(
-    server: grpc.Server, service_names: Iterable[str], address: str, name: str
+    server: grpc.Server,
+    service_names: Iterable[str],
+    address: str,
+    name: str,
+    tls: ServerTLS | None = None,
 ) -> None:
-    """Adds health + reflection, binds ``address`` (or exits saying why) and starts."""
+    """Adds health + reflection, binds ``address`` (TLS when given; or exits saying why) and
+    starts."""
     add_health_and_reflection(server, service_names)
-    if server.add_insecure_port(address) == 0:
+    if bind(server, address, tls) == 0:
         raise SystemExit(f"{name}: cannot bind {address}")
     server.start()
 
@@ -58,12 +65,14 @@ def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> 
     )
 
 
-def wait_healthy(address: str, timeout_s: float, service: str = "") -> bool:
+def wait_healthy(
+    address: str, timeout_s: float, service: str = "", tls: ClientTLS | None = None
+) -> bool:
     """Polls grpc.health.v1 until SERVING or the timeout passes."""
     import time
 
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    with sync_channel(address, tls, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import grpc
-
 from splitspec.grpc_util import wait_healthy
 from splitspec.lifecycle import PARENT_PID_ENV
+from splitspec.security import ClientTLS, sync_channel
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,6 +41,7 @@ class ServiceProcess:
     address: str
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    tls: ClientTLS | None = None  # how health checks reach a TLS port
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> None:
@@ -61,7 +61,7 @@ class ServiceProcess:
                 raise RuntimeError(
                     f"{self.name} exited with code {self.process.returncode}{self._log_hint()}"
                 )
-            if wait_healthy(self.address, timeout_s=1.0):
+            if wait_healthy(self.address, timeout_s=1.0, tls=self.tls):
                 return
         raise TimeoutError(
             f"{self.name} not healthy at {self.address} after {timeout_s:.0f} s{self._log_hint()}"
@@ -106,8 +106,11 @@ class LocalStack:
         log_dir: Path | None = None,
         host: str = "127.0.0.1",
         draft_args: list[list[str]] | None = None,
+        tls: ClientTLS | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.host = host
+        self.tls, self.api_key = tls, api_key  # what our own checks of the services present
         self.log_dir = log_dir
         draft_args = draft_args or []
         target_port, router_port, *draft_ports = free_ports(2 + len(draft_args), host)
@@ -154,7 +157,10 @@ class LocalStack:
         return None if self.log_dir is None else self.log_dir / f"{name}.log"
 
     def services(self) -> list[ServiceProcess]:
-        return [self.target, *self.drafts, self.router]
+        services = [self.target, *self.drafts, self.router]
+        for service in services:
+            service.tls = self.tls
+        return services
 
     def start(self, timeout_s: float = 600.0) -> LocalStack:
         try:
@@ -175,10 +181,13 @@ class LocalStack:
 
         want = len(self.drafts) if count is None else count
         deadline = time.monotonic() + timeout_s
-        with grpc.insecure_channel(self.router_address) as channel:
+        key = [("authorization", f"Bearer {self.api_key}")] if self.api_key else None
+        with sync_channel(self.router_address, self.tls, []) as channel:
             stub = generation_pb2_grpc.GenerationStub(channel)
             while time.monotonic() < deadline:
-                status = stub.GetServerStatus(generation_pb2.GetServerStatusRequest(), timeout=5)
+                status = stub.GetServerStatus(
+                    generation_pb2.GetServerStatusRequest(), timeout=5, metadata=key
+                )
                 if sum(r.healthy for r in status.draft_replicas) >= want:
                     return
                 time.sleep(0.2)

@@ -18,6 +18,7 @@ from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
+from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
 from target_service.servicer import TargetServicer
@@ -111,7 +112,7 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
     )
 
 
-def serve(config: TargetConfig) -> None:
+def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("target-compute")
     engine = compute.run(build_engine, config)  # the model loads on the thread that runs it
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
@@ -119,7 +120,7 @@ def serve(config: TargetConfig) -> None:
         TargetServicer(engine, target_info(engine), compute), server
     )
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "target")
+    start_server(server, [SERVICE_NAME], address, "target", tls)
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
         engine.model_config.name,
@@ -136,5 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
     add_arguments(parser)
+    add_server_tls_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    serve(config_from_args(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    serve(config_from_args(args), server_tls_from_args(args))

@@ -177,7 +177,8 @@ class Trainer:
         path = self.out_dir / CHECKPOINT
         if not path.exists():
             return False
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: tensors, numbers and containers only (no pickle code runs on load).
+        state = torch.load(path, map_location="cpu", weights_only=True)
         self.head.load_state_dict(state["head"], strict=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]

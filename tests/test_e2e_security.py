@@ -1,0 +1,182 @@
+"""The endpoints protected: an API key on the public API, TLS on its port, mTLS inside.
+
+One stack of real processes on the tiny model: the target and an n-gram replica serve mTLS
+(they refuse clients without a certificate from the test CA), the router reaches them with its
+own client certificate, serves TLS on the public port and wants an API key read from a file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import generation_pb2 as pb
+from protos import generation_pb2_grpc
+from splitspec.launcher import LocalStack
+from splitspec.security import ClientTLS, ServerTLS
+from tests.helpers.certs import CertFiles, make_certs
+from tests.helpers.spec_fixtures import FP64, ids_request
+from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.timeout(300)
+API_KEY = "sk-test-" + os.urandom(12).hex()  # random: it can only be in a log if we leaked it
+TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def secure_stack(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, certs: CertFiles
+) -> Iterator[LocalStack]:
+    log_dir = tmp_path_factory.mktemp("secure-stack")
+    key_file = log_dir.parent / "api-key"
+    key_file.write_text(API_KEY + "\n")
+    mtls = ServerTLS(certs.server_cert, certs.server_key, certs.ca).args()
+    internal = ClientTLS(certs.ca, certs.client_cert, certs.client_key).args()
+    public = ServerTLS(certs.server_cert, certs.server_key).args()
+    stack = LocalStack(
+        ["--model", str(tiny_model_dir), *FP64, "--threads", "1", *mtls],
+        ["--model", str(tiny_model_dir), "--api-key-file", str(key_file), *public, *internal],
+        log_dir=log_dir,
+        draft_args=[["--method", "ngram", *mtls]],
+        tls=ClientTLS(certs.ca, certs.client_cert, certs.client_key),
+        api_key=API_KEY,
+    )
+    stack.start(timeout_s=240)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def public_stub(stack: LocalStack, certs: CertFiles) -> tuple[grpc.Channel, object]:
+    creds = grpc.ssl_channel_credentials(root_certificates=certs.ca.read_bytes())
+    channel = grpc.secure_channel(stack.router_address, creds)
+    return channel, generation_pb2_grpc.GenerationStub(channel)
+
+
+def bearer(key: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {key}")]
+
+
+def generate(stub, metadata) -> list[pb.GenerateResponse]:
+    request = ids_request([5, 6, 7, 5, 6, 7, 5, 6], 8, True, ignore_eos=True)
+    return list(stub.Generate(request, timeout=TIMEOUT_S, metadata=metadata))
+
+
+def test_right_key_over_tls_generates(secure_stack: LocalStack, certs: CertFiles) -> None:
+    channel, stub = public_stub(secure_stack, certs)
+    with channel:
+        items = generate(stub, bearer(API_KEY))
+        assert items[-1].finish_reason == pb.FINISH_REASON_LENGTH
+        assert sum(len(i.token_ids) for i in items) == 8
+        # The router reached the mTLS replica too: it is healthy and drafted.
+        status = stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=10,
+                                      metadata=[("x-api-key", API_KEY)])
+        assert [r.healthy for r in status.draft_replicas] == [True]
+        assert items[-1].speculation.verify_steps > 0
+
+
+@pytest.mark.parametrize("metadata", [None, bearer("wrong"), bearer(API_KEY[:-1]),
+                                      bearer(API_KEY + "x"), [("x-api-key", "")]])
+def test_missing_or_wrong_key_is_unauthenticated(
+    secure_stack: LocalStack, certs: CertFiles, metadata
+) -> None:
+    channel, stub = public_stub(secure_stack, certs)
+    with channel:
+        calls = [
+            lambda: generate(stub, metadata),
+            lambda: stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=10,
+                                         metadata=metadata),
+            lambda: stub.Abort(pb.AbortRequest(request_id="x"), timeout=10, metadata=metadata),
+            lambda: stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10, metadata=metadata),
+        ]
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "API key" in err.value.details()
+
+
+def test_health_stays_open_without_key(secure_stack: LocalStack, certs: CertFiles) -> None:
+    channel, _ = public_stub(secure_stack, certs)
+    with channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                          timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_plaintext_client_cannot_use_the_tls_port(secure_stack: LocalStack) -> None:
+    with grpc.insecure_channel(secure_stack.router_address) as channel:
+        stub = generation_pb2_grpc.GenerationStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=5, metadata=bearer(API_KEY))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _health(address: str, creds: grpc.ChannelCredentials | None) -> int:
+    channel = (grpc.secure_channel(address, creds) if creds is not None
+               else grpc.insecure_channel(address))
+    with channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+
+
+def test_mtls_ports_refuse_clients_without_a_good_certificate(
+    secure_stack: LocalStack, certs: CertFiles
+) -> None:
+    ca = certs.ca.read_bytes()
+    no_cert = grpc.ssl_channel_credentials(root_certificates=ca)
+    stranger = grpc.ssl_channel_credentials(
+        root_certificates=ca,
+        private_key=certs.stranger_key.read_bytes(),
+        certificate_chain=certs.stranger_cert.read_bytes(),
+    )
+    good = ClientTLS(certs.ca, certs.client_cert, certs.client_key).credentials()
+    for address in (secure_stack.target_address, secure_stack.drafts[0].address):
+        for creds in (None, no_cert, stranger):
+            with pytest.raises(grpc.RpcError) as err:
+                _health(address, creds)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE, address
+        assert _health(address, good) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_no_key_in_any_log(secure_stack: LocalStack, certs: CertFiles) -> None:
+    # Make every service log something about a refused and an accepted call first.
+    test_right_key_over_tls_generates(secure_stack, certs)
+    channel, stub = public_stub(secure_stack, certs)
+    with channel, pytest.raises(grpc.RpcError):
+        generate(stub, bearer("wrong"))
+    logs = sorted(Path(secure_stack.log_dir).glob("*.log"))
+    assert {p.stem for p in logs} == {"target", "router", "draft-0"}
+    router_log = (Path(secure_stack.log_dir) / "router.log").read_text()
+    assert "requires an API key" in router_log  # the log was written, and says where from
+    for path in logs:
+        assert API_KEY not in path.read_text(errors="replace"), path.name
+
+
+def test_key_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from router import auth
+    from router.secure import RouterSecurity
+
+    parser = argparse.ArgumentParser()
+    auth.add_arguments(parser)
+    monkeypatch.setenv("SPLITSPEC_TEST_KEY", " k3y \n")
+    assert auth.api_key_from_args(parser.parse_args(["--api-key-env", "SPLITSPEC_TEST_KEY"])) \
+        == b"k3y"
+    monkeypatch.setenv("SPLITSPEC_TEST_KEY", "")
+    with pytest.raises(SystemExit, match="empty"):
+        auth.api_key_from_args(parser.parse_args(["--api-key-env", "SPLITSPEC_TEST_KEY"]))
+    assert auth.api_key_from_args(parser.parse_args([])) is None
+    assert "k3y" not in repr(RouterSecurity(api_key=b"k3y"))
