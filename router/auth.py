@@ -106,4 +106,8 @@ def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 def interceptors(key: bytes | None) -> list[grpc.aio.ServerInterceptor]:
-    return [ApiKeyInterceptor(key)] if key is not None else []
+    """The public server's interceptors, outermost first: the key, then strict parsing."""
+    from router.strict_parse import StrictParsing
+
+    keyed: list[grpc.aio.ServerInterceptor] = [ApiKeyInterceptor(key)] if key else []
+    return [*keyed, StrictParsing()]

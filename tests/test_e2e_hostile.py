@@ -1,0 +1,256 @@
+"""Hostile input, overload and abort storms against one real stack (tiny model, n-gram replica,
+router with an API key and small admission limits).
+
+In order: reference outputs; >= 1,000 hypothesis-generated hostile requests, each refused with
+the right status and a message; a burst of 10x the queue capacity (the excess refused at once,
+every admitted request correct); 300 random cancellations, aborts and client deadlines; then
+no process has died, the router's slots and the target's and replica's request tables are back
+to baseline, and valid requests still give their reference outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from protos import draft_pb2, draft_pb2_grpc, generation_pb2_grpc, target_pb2, target_pb2_grpc
+from protos import generation_pb2 as pb
+from splitspec.launcher import LocalStack
+from tests.helpers import hostile
+from tests.helpers.rpc import assert_slots_accounted
+from tests.helpers.spec_fixtures import FP64, ids_request, random_prompts
+from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.timeout(300)
+API_KEY = "hostile-test-key"
+KEY = [("authorization", f"Bearer {API_KEY}")]
+MAX_QUEUE, MAX_RUNNING = 2, 4
+NEW_TOKENS = 16
+GENERATE = "/splitspec.v1.Generation/Generate"
+SEEN: Counter[str] = Counter()  # defects tried, by kind
+USED_IDS: set[str] = set()  # every request id sent, for the table checks at the end
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[LocalStack]:
+    log_dir = tmp_path_factory.mktemp("hostile-stack")
+    key_file = log_dir.parent / "hostile-key"
+    key_file.write_text(API_KEY)
+    router_args = [
+        "--model", str(tiny_model_dir), "--api-key-file", str(key_file),
+        "--max-queue", str(MAX_QUEUE), "--max-running", str(MAX_RUNNING),
+        "--max-prompt-tokens", str(hostile.MAX_PROMPT_TOKENS),
+        "--max-request-bytes", str(hostile.MAX_REQUEST_BYTES),
+    ]
+    s = LocalStack(["--model", str(tiny_model_dir), *FP64, "--threads", "1"], router_args,
+                   log_dir=log_dir, draft_args=[["--method", "ngram"]], api_key=API_KEY)
+    s.start(timeout_s=240)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def channel(stack: LocalStack) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(stack.router_address) as ch:
+        yield ch
+
+
+def prompts() -> list[list[int]]:
+    return random_prompts(seed=13, count=10, vocab_size=hostile.VOCAB, max_len=60)
+
+
+def request(i: int, rid: str, max_new: int = NEW_TOKENS) -> pb.GenerateRequest:
+    USED_IDS.add(rid)
+    p = prompts()[i % 10]
+    return ids_request(p, max_new, speculate=i % 2 == 0, request_id=rid, ignore_eos=True)
+
+
+def run_all(stub, reqs: list[pb.GenerateRequest]) -> list[list[int]]:
+    outs = []
+    for start in range(0, len(reqs), MAX_QUEUE):
+        calls = [stub.Generate(r, timeout=60, metadata=KEY) for r in reqs[start:start + MAX_QUEUE]]
+        outs += [[t for item in call for t in item.token_ids] for call in calls]
+    return outs
+
+
+@pytest.fixture(scope="module")
+def references(channel: grpc.Channel) -> list[list[int]]:
+    stub = generation_pb2_grpc.GenerationStub(channel)
+    return run_all(stub, [request(i, f"ref-{i}") for i in range(10)])
+
+
+# ---- hostile requests ----------------------------------------------------------------------
+
+
+def _send(channel: grpc.Channel, case: hostile.Case) -> grpc.RpcError | None:
+    call = channel.unary_stream(GENERATE, request_serializer=None,
+                                response_deserializer=pb.GenerateResponse.FromString)
+    key = [("authorization", "Bearer not-the-key")] if case.wrong_key else KEY
+    raw, holder = case.raw, None
+    if case.duplicate:
+        holder_id = f"holder-{len(USED_IDS)}"
+        holder = call(request(0, holder_id, max_new=1000).SerializeToString(),
+                      timeout=60, metadata=KEY)
+        next(holder)  # in flight now
+        raw += hostile.field_bytes(4, holder_id.encode())
+    try:
+        list(call(raw, timeout=30, metadata=key))
+        return None
+    except grpc.RpcError as err:
+        return err
+    finally:
+        if holder is not None:
+            holder.cancel()
+
+
+@settings(max_examples=1000, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=hostile.hostile_case())
+def test_hostile_requests_are_refused_with_a_status_and_message(
+    channel: grpc.Channel, references: list[list[int]], case: hostile.Case
+) -> None:
+    SEEN[case.defect] += 1
+    err = _send(channel, case)
+    assert err is not None, f"{case.defect}: accepted"
+    assert err.code() in case.allowed, f"{case.defect}: {err.code()} {err.details()}"
+    assert err.details(), f"{case.defect}: no message"
+
+
+def test_hostile_coverage() -> None:
+    assert sum(SEEN.values()) >= 1000, SEEN
+    kinds = {k.split("-")[0] for k in SEEN}
+    assert {"utf8", "truncated", "oversized", "wrong", "duplicate", "no", "oov", "long",
+            "stop", "temperature", "top", "max", "empty", "request"} <= kinds, SEEN
+
+
+# ---- a burst of 10x the queue ----------------------------------------------------------------
+
+
+async def _one(stub, req: pb.GenerateRequest) -> tuple[str, list[int], float, str]:
+    started = time.perf_counter()
+    tokens: list[int] = []
+    try:
+        async for item in stub.Generate(req, timeout=60, metadata=KEY):
+            tokens += item.token_ids
+        return "OK", tokens, time.perf_counter() - started, ""
+    except grpc.aio.AioRpcError as err:
+        return err.code().name, tokens, time.perf_counter() - started, err.details() or ""
+
+
+async def _burst(address: str, reqs: list[pb.GenerateRequest]) -> list:
+    async with grpc.aio.insecure_channel(address) as ch:
+        await ch.channel_ready()
+        stub = generation_pb2_grpc.GenerationStub(ch)
+        return await asyncio.gather(*(_one(stub, r) for r in reqs))
+
+
+def test_burst_of_ten_times_the_queue(stack: LocalStack, references: list[list[int]]) -> None:
+    n = 10 * MAX_QUEUE
+    results = asyncio.run(_burst(stack.router_address, [request(i, f"burst-{i}") for i in
+                                                         range(n)]))
+    codes = Counter(code for code, *_ in results)
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
+    assert codes["OK"] >= MAX_QUEUE, codes  # at least a queue's worth got in
+    assert codes["RESOURCE_EXHAUSTED"] >= n - 3 * (MAX_QUEUE + MAX_RUNNING), codes
+    refused = [(t, msg) for code, _, t, msg in results if code == "RESOURCE_EXHAUSTED"]
+    slowest = max(t for t, _ in refused)
+    assert slowest < 0.050, f"refusals took (ms) {sorted(round(t * 1e3) for t, _ in refused)}"
+    assert all(f"({MAX_QUEUE} waiting)" in msg for _, msg in refused), refused[0]
+    for i, (code, tokens, _, _) in enumerate(results):
+        if code == "OK":
+            assert tokens == references[i % 10], f"admitted request {i} is wrong"
+
+
+# ---- an abort storm ---------------------------------------------------------------------------
+
+
+async def _storm_one(stub, rng: random.Random, i: int) -> str:
+    req = request(i, f"storm-{i}", max_new=rng.randint(4, 300))
+    action = rng.choice(["cancel", "abort", "deadline", "abort-first"])
+    delay = rng.uniform(0.0, 0.08)
+    timeout = rng.uniform(0.005, 0.15) if action == "deadline" else 60
+    if action == "abort-first":
+        await stub.Abort(pb.AbortRequest(request_id=req.request_id), timeout=10, metadata=KEY)
+    call = stub.Generate(req, timeout=timeout, metadata=KEY)
+
+    async def read() -> str:
+        last = None
+        async for item in call:
+            last = item
+        return pb.FinishReason.Name(last.finish_reason) if last else "EMPTY"
+
+    reader = asyncio.ensure_future(read())
+    await asyncio.sleep(delay)
+    if action == "cancel":
+        call.cancel()
+    elif action == "abort":
+        await stub.Abort(pb.AbortRequest(request_id=req.request_id), timeout=10, metadata=KEY)
+    try:
+        return await reader
+    except asyncio.CancelledError:
+        return "CANCELLED"
+    except grpc.aio.AioRpcError as err:
+        return err.code().name
+
+
+async def _storm(address: str, count: int) -> Counter[str]:
+    rng = random.Random(7)
+    gate = asyncio.Semaphore(MAX_QUEUE + MAX_RUNNING)
+    async with grpc.aio.insecure_channel(address) as ch:
+        stub = generation_pb2_grpc.GenerationStub(ch)
+
+        async def gated(i: int) -> str:
+            async with gate:
+                return await _storm_one(stub, rng, i)
+
+        return Counter(await asyncio.gather(*(gated(i) for i in range(count))))
+
+
+def test_abort_storm(stack: LocalStack) -> None:
+    outcomes = asyncio.run(_storm(stack.router_address, 300))
+    allowed = {"CANCELLED", "DEADLINE_EXCEEDED", "FINISH_REASON_ABORT", "FINISH_REASON_LENGTH",
+               "RESOURCE_EXHAUSTED"}
+    assert set(outcomes) <= allowed, outcomes
+    assert sum(outcomes.values()) == 300
+    assert outcomes["CANCELLED"] and outcomes["FINISH_REASON_ABORT"], outcomes
+
+
+# ---- afterwards ----------------------------------------------------------------------------
+
+
+def test_everything_back_to_baseline(
+    stack: LocalStack, channel: grpc.Channel, references: list[list[int]]
+) -> None:
+    for service in stack.services():
+        assert service.process is not None and service.process.poll() is None, service.name
+    stub = generation_pb2_grpc.GenerationStub(channel)
+    deadline = time.monotonic() + 30
+    while True:
+        status = stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=10, metadata=KEY)
+        if (status.num_running, status.num_waiting) == (0, 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert_slots_accounted(status)
+    assert sum(r.num_requests for r in status.draft_replicas) == 0
+    ids = sorted(USED_IDS)
+    assert len(ids) > 400
+    with grpc.insecure_channel(stack.target_address) as ch:
+        released = target_pb2_grpc.TargetModelStub(ch).Release(
+            target_pb2.ReleaseRequest(request_ids=ids), timeout=10)
+        assert released.num_released == 0, "the target still held requests"
+    with grpc.insecure_channel(stack.drafts[0].address) as ch:
+        released = draft_pb2_grpc.DraftModelStub(ch).Release(
+            draft_pb2.ReleaseRequest(request_ids=ids), timeout=10)
+        assert released.num_released == 0, "the replica still held requests"
+    after = run_all(stub, [request(i, f"after-{i}") for i in range(10)])
+    assert after == references
