@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -18,10 +19,12 @@ from protos import draft_pb2, target_pb2
 from router.draft_pool import DraftPool, DraftReplica
 from router.kv_manager import KVManager
 from router.request import Request
+from router.skipped_rounds import merge_updates, skipped_trees
 from router.target_client import TargetClient
 
 log = logging.getLogger("splitspec.router")
 INGEST_TOKENS_PER_CHUNK = 1024
+MAX_CATCH_UP_PER_STEP = 4
 
 
 def _transient(err: BaseException) -> bool:
@@ -66,7 +69,7 @@ class Speculation:
             and not req.is_prefilling
             and not req.draft_synced
             and self.wanted(req)
-            and bool(self.pool.healthy)
+            and any(r.usable for r in self.pool.replicas)
         )
 
     # ---- proposing ------------------------------------------------------------------------
@@ -82,9 +85,13 @@ class Speculation:
     async def _propose_on(
         self, replica: DraftReplica, reqs: list[Request]
     ) -> list[draft_pb2.DraftTree]:
+        if not replica.health.callable:
+            return skipped_trees(reqs)  # suspected: not waited for; updates kept for later
         request = draft_pb2.ProposeRequest(
             items=[draft_pb2.ProposeItem(update=self._update(r), round=r.round) for r in reqs]
         )
+        deadline = replica.health.deadline_s("propose")
+        started = time.perf_counter()
         try:
             # Propose is idempotent per (request_id, round): a retry never appends twice.
             async for attempt in AsyncRetrying(
@@ -94,8 +101,11 @@ class Speculation:
                 reraise=True,
             ):
                 with attempt:
-                    reply = await replica.stub.Propose(request, timeout=self.pool.timeout_s)
+                    reply = await replica.stub.Propose(request, timeout=deadline)
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self.pool.missed(replica, f"Propose ({deadline * 1e3:.0f} ms)")
+                return skipped_trees(reqs)
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 # Our message was wrong, not the replica: resend whole contexts next time.
                 log.error("replica %s refused a Propose: %s", replica.address, err.details())
@@ -104,6 +114,7 @@ class Speculation:
             else:
                 self._lose_replica(replica, f"Propose: {err.code().name}")
             return []
+        replica.health.record("propose", time.perf_counter() - started)
         trees = []
         for req, tree in zip(reqs, reply.trees, strict=False):
             req.pending_update = None
@@ -176,31 +187,43 @@ class Speculation:
         req.accepted_tokens += result.num_accepted
         req.round += 1
         start = req.num_computed  # before the commit: the root's position
-        req.pending_update = draft_pb2.ContextUpdate(
+        update = draft_pb2.ContextUpdate(
             request_id=req.request_id,
             start_pos=start + 1,
             token_ids=result.token_ids,
             hidden_start_pos=start,
         )
         if result.HasField("hidden"):
-            req.pending_update.hidden.CopyFrom(result.hidden)
+            update.hidden.CopyFrom(result.hidden)
+        # A replica that was skipped has not taken the previous update yet: it gets both.
+        old = req.pending_update
+        req.pending_update = update if old is None else merge_updates(old, update)
 
     # ---- catching a replica up -------------------------------------------------------------
 
     async def catch_up(self, reqs: list[Request]) -> None:
-        await asyncio.gather(*(self._sync(r) for r in reqs))
+        # A bounded number per step: when a replica is ejected, its requests move to the others
+        # over a few steps instead of one step re-ingesting all of them (the others wait).
+        await asyncio.gather(*(self._sync(r) for r in reqs[:MAX_CATCH_UP_PER_STEP]))
 
     async def _sync(self, req: Request) -> None:
-        if req.replica is None or not req.replica.healthy:
+        if req.replica is not None and not req.replica.usable:
+            self.pool.move_away(req.replica, req.request_id)
+            req.replica = None
+        if req.replica is None:
             req.replica = self.pool.assign(req.request_id)
         replica = req.replica
         if replica is None:
             return
+        units = req.num_computed + 1
+        deadline = replica.health.deadline_s("ingest", units)
+        started = time.perf_counter()
         try:
-            await replica.stub.Ingest(
-                self._ingest_chunks(req, replica), timeout=self.pool.timeout_s
-            )
+            await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")
+                return
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 log.error(
                     "replica %s refused the context of %s: %s",
@@ -213,6 +236,7 @@ class Speculation:
                 return
             self._lose_replica(replica, f"Ingest: {err.code().name}")
             return
+        replica.health.record("ingest", time.perf_counter() - started, units)
         req.draft_synced, req.pending_update = True, None
 
     async def _ingest_chunks(

@@ -1,0 +1,108 @@
+"""A dead and a hung draft replica under steady load: no request fails, no output changes, and
+the hung one never stalls the target.
+
+Two EAGLE replicas (the oracle head, so drafts get accepted) serve a steady load of concurrent
+greedy streams (12 at a time here, not the issue's 50: this runs in CI on 2 shared cores with
+the whole stack). Replica A is SIGKILLed and restarted; then replica B is SIGSTOPped for 5 s and
+SIGCONTinued. Every stream must finish with exactly its target-only output, and no step while B
+is stopped may take longer than 3x the median step of the seconds before (B's Propose deadline
+follows its measured round times, and a suspected replica is not waited for again).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from splitspec.launcher import LocalStack
+from tests.helpers.load import SteadyLoad, median, step_gaps
+from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
+    Router,
+    ids_request,
+    oracle_head_dir_fixture,
+    random_prompts,
+    running_stack,
+    tiny_model_dir_fixture,
+)
+
+pytestmark = pytest.mark.timeout(300)
+CONCURRENCY = 12
+MAX_NEW = 96
+STOP_S = 5.0
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def both_replicas_busy(router: Router) -> bool:
+    replicas = router.status().draft_replicas
+    return all(r.healthy and r.num_requests > 0 for r in replicas)
+
+
+def inject_faults(stack: LocalStack, router: Router) -> tuple[float, float]:
+    """SIGKILL + restart of replica A, then SIGSTOP of B for STOP_S; returns B's stop window."""
+    wait_for(lambda: both_replicas_busy(router), 60, "load not spread over both replicas")
+    stack.drafts[0].kill()
+    time.sleep(1.0)
+    stack.drafts[0].start()
+    stack.wait_drafts_serving(90)
+    wait_for(lambda: both_replicas_busy(router), 60, "restarted replica got no requests")
+    time.sleep(3.0)  # steady steps again: the baseline of the step-time check
+    pid = stack.drafts[1].process.pid
+    stopped_at = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(STOP_S)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return stopped_at, time.monotonic()
+
+
+def test_killed_and_hung_replicas_fail_nothing_and_stall_nothing(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, oracle_head_dir: Path
+) -> None:
+    eagle = ["--method", "eagle", "--eagle-head", str(oracle_head_dir), "--threads", "1"]
+    prompts = random_prompts(seed=5, count=400, vocab_size=49152, max_len=48)
+    spec = [ids_request(p, MAX_NEW, True, ignore_eos=True) for p in prompts]
+    log_dir = tmp_path_factory.mktemp("draft-faults")
+    with running_stack(log_dir, tiny_model_dir, [eagle, eagle]) as (stack, router):
+        load = SteadyLoad(stack.router_address, spec, CONCURRENCY).start()
+        try:
+            stopped_at, resumed_at = inject_faults(stack, router)
+            time.sleep(1.0)
+        finally:
+            records = load.stop()
+        stack.wait_drafts_serving(60)  # B is re-admitted after it resumed
+        used = sorted({r.prompt_index for r in records})
+        plain = [ids_request(prompts[i], MAX_NEW, False, ignore_eos=True) for i in used]
+        reference = dict(zip(used, [s.token_ids for s in router.generate_many(plain)],
+                             strict=True))
+        status = router.status()
+
+    failed = [r for r in records if r.error or not r.done]
+    assert not failed, f"{len(failed)} of {len(records)} failed: {failed[0].error}"
+    changed = [r.prompt_index for r in records if r.tokens != reference[r.prompt_index]]
+    assert not changed, f"outputs changed for prompts {changed}"
+    assert len(records) >= 2 * CONCURRENCY
+    before = step_gaps(records, stopped_at - 2.0, stopped_at)
+    during = step_gaps(records, stopped_at, resumed_at)
+    base = median(before)
+    worst = max(during)
+    print(f"steps: {len(before)} before, median {base * 1e3:.1f} ms; {len(during)} while "
+          f"stopped, worst {worst * 1e3:.1f} ms; {len(records)} streams")
+    assert len(before) > 20 and len(during) > 20, (len(before), len(during))
+    assert worst <= 3 * base, (
+        f"a step took {worst * 1e3:.0f} ms while B was stopped; median before "
+        f"{base * 1e3:.0f} ms"
+    )
+    assert all(r.healthy for r in status.draft_replicas)
+    assert status.speculation.accepted_tokens > 0
