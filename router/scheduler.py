@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -59,10 +60,14 @@ class Scheduler:
         self.in_flight: dict[str, Request] = {}
         self.outputs: dict[str, OutputStream] = {}
         self._wakeup = asyncio.Event()
+        self.before_step: list[Callable[[], Awaitable[None]]] = []  # e.g. router/target_watch
+        self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
 
     # ---- called by the servicer ---------------------------------------------------------
 
     def check_queue(self) -> None:
+        if self.target_unavailable:
+            raise ServiceFailure(self.target_unavailable)
         if len(self.waiting) >= self.config.max_queue:
             raise Overloaded(
                 f"admission queue is full ({self.config.max_queue} waiting); retry later"
@@ -87,8 +92,22 @@ class Scheduler:
 
     # ---- the loop -------------------------------------------------------------------------
 
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def replace_kv(self, kv: KVManager) -> None:
+        self.kv = self.spec.kv = kv
+
+    async def fail_all(self, message: str) -> None:
+        reqs = [*self.running, *self.waiting]
+        for req in reqs:
+            req.outbox.put_nowait(ServiceFailure(message))
+        await self._finish(reqs, cache=False)
+
     async def run(self) -> None:
         while True:
+            for hook in self.before_step:
+                await hook()
             await self._drop_aborted()
             self._admit()
             if not self.running:

@@ -24,6 +24,7 @@ from router.servicer import GenerationServicer
 from router.slot_allocator import SlotAllocator
 from router.speculation import Speculation
 from router.target_client import TargetClient
+from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
@@ -184,7 +185,9 @@ async def serve(
     )
     servicer = GenerationServicer(scheduler, limits, model_info(info, tokenizer, config), admit)
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
-    await add_health_and_reflection_aio(server, [SERVICE_NAME])
+    health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
+    watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], lambda: KVManager(
+        RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead))
     address = f"{config.host}:{config.port}"
     if bind(server, address, security.public_tls) == 0:
         raise SystemExit(f"router: cannot bind {address}")
@@ -195,6 +198,7 @@ async def serve(
     tasks = {
         asyncio.create_task(scheduler.run()),
         asyncio.create_task(pool.probe_forever()),
+        asyncio.create_task(watch.run()),
         asyncio.create_task(server.wait_for_termination()),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -39,7 +39,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         try:
             req = self._build(request)
             self.scheduler.submit(req)
-        except (InvalidRequest, Overloaded, DuplicateRequest) as err:
+        except (InvalidRequest, Overloaded, DuplicateRequest, ServiceFailure) as err:
             await context.abort(_STATUS[type(err)], str(err))
         try:
             while True:

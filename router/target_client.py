@@ -8,12 +8,19 @@ from protos import target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.security import ClientTLS, aio_channel
 
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
 
 class TargetClient:
     def __init__(self, address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self.channel = aio_channel(address, tls, CHANNEL_OPTIONS)
+        # Reconnect soon after a restart (gRPC's default backoff grows to two minutes).
+        self.channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
 
     async def info(self) -> target_pb2.TargetInfo:

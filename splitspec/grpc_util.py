@@ -34,14 +34,16 @@ def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str])
 
 async def add_health_and_reflection_aio(
     server: grpc.aio.Server, service_names: Iterable[str]
-) -> None:
-    """The same for an asyncio server, whose health servicer is async."""
+) -> health_aio.HealthServicer:
+    """The same for an asyncio server, whose health servicer is async; returns it (its owner may
+    turn it NOT_SERVING)."""
     names = list(service_names)
     servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ["", *names]:
         await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _add_reflection(server, names)
+    return servicer
 
 
 def start_server(

@@ -25,6 +25,7 @@ class StreamRecord:
     tokens: list[int] = field(default_factory=list)
     error: str = ""
     done: bool = False
+    ended: float = 0.0  # when the stream ended (last item, or the error)
 
 
 class SteadyLoad:
@@ -75,7 +76,7 @@ class SteadyLoad:
                     record.tokens += item.token_ids
             except grpc.aio.AioRpcError as err:
                 record.error = f"{err.code().name}: {err.details()}"
-            record.done = True
+            record.done, record.ended = True, time.monotonic()
 
 
 def step_gaps(records: Sequence[StreamRecord], start: float, end: float) -> list[float]:

@@ -1,0 +1,84 @@
+"""Losing the target and getting it back, without restarting the router.
+
+A background task checks the target's health (and the scheduler reports failed steps). When the
+target is lost: the router's health turns NOT_SERVING, every in-flight request ends UNAVAILABLE
+and new ones are refused UNAVAILABLE. When the target answers again: the KV bookkeeping starts
+afresh (the radix cache is dropped: the target's KV died with it) and the router serves again.
+All request state changes happen on the scheduler's own task (``before_step``), never here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from router.kv_manager import KVManager
+from router.scheduler import Scheduler
+from router.target_client import TargetClient
+
+log = logging.getLogger("splitspec.router")
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class TargetWatch:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        target: TargetClient,
+        health,  # grpc_health.v1.health.aio.HealthServicer of the public server
+        service_names: Iterable[str],
+        fresh_kv: Callable[[], KVManager],
+        interval_s: float = 0.25,
+    ) -> None:
+        self.scheduler, self.target, self.health = scheduler, target, health
+        self.names = ["", *service_names]
+        self.fresh_kv, self.interval_s = fresh_kv, interval_s
+        self.up = True
+        self.num_losses = 0
+        self._lost_reason: str | None = None  # for the scheduler's task to act on
+        self._recovered = False
+        scheduler.before_step.append(self._apply)
+
+    async def run(self) -> None:
+        stub = health_pb2_grpc.HealthStub(self.target.channel)
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                serving = reply.status == SERVING
+            except grpc.aio.AioRpcError:
+                serving = False
+            if self.up and not serving:
+                await self._lose("target health check failed")
+            elif not self.up and serving:
+                self._recovered = True
+                self.scheduler.wake()
+
+    async def _lose(self, reason: str) -> None:
+        self.up = False
+        self.num_losses += 1
+        self.scheduler.target_unavailable = f"target {self.target.address} unavailable"
+        self._lost_reason = reason
+        log.error("target lost (%s): not serving until it is back", reason)
+        for name in self.names:
+            await self.health.set(name, NOT_SERVING)
+        self.scheduler.wake()
+
+    async def _apply(self) -> None:
+        """On the scheduler's task: end every request, or start afresh."""
+        if self._lost_reason is not None:
+            message = f"{self.scheduler.target_unavailable} ({self._lost_reason})"
+            await self.scheduler.fail_all(message)
+            self._lost_reason = None
+        if self._recovered and not self.scheduler.in_flight:
+            self.scheduler.replace_kv(self.fresh_kv())  # the radix cache pointed at dead KV
+            self._recovered, self.up = False, True
+            self.scheduler.target_unavailable = None
+            for name in self.names:
+                await self.health.set(name, SERVING)
+            log.info("target is back: serving again (radix cache dropped)")

@@ -1,0 +1,88 @@
+"""The target SIGKILLed mid-stream and restarted: streams end UNAVAILABLE at once (well within
+their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE, and once
+the target is back the same router serves again, with its radix cache dropped and outputs as
+before."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.helpers.load import SteadyLoad
+from tests.helpers.rpc import assert_slots_accounted
+from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
+    ids_request,
+    random_prompts,
+    running_stack,
+    tiny_model_dir_fixture,
+)
+
+pytestmark = pytest.mark.timeout(300)
+DEADLINE_S = 30.0
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+def router_health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                              timeout=2)
+            return reply.status
+        except grpc.RpcError:
+            return -1
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_target_loss_and_recovery(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> None:
+    prompts = random_prompts(seed=3, count=6, vocab_size=49152, max_len=40)
+    log_dir = tmp_path_factory.mktemp("target-loss")
+    with running_stack(log_dir, tiny_model_dir, [["--method", "ngram"]]) as (stack, router):
+        long = [ids_request(p, 1500, True, ignore_eos=True) for p in prompts]
+        short = [ids_request(p, 24, True, ignore_eos=True) for p in prompts]
+        reference = [s.token_ids for s in router.generate_many(short)]
+        assert router.status().num_cached_tokens > 0  # there is a radix cache to drop later
+        load = SteadyLoad(stack.router_address, long, len(long), timeout_s=DEADLINE_S).start()
+        wait_for(lambda: len(load.records) == len(long)
+                 and all(len(r.tokens) >= 8 for r in load.records), 60, "streams not going")
+        killed_at = time.monotonic()
+        stack.target.kill()
+        records = load.stop(timeout_s=DEADLINE_S)
+        ended_within = max(r.ended for r in records) - killed_at
+        down_after = wait_for(lambda: router_health(stack.router_address) != SERVING, 10,
+                              "router health still SERVING")
+        with pytest.raises(grpc.RpcError) as refused:
+            router.generate(short[0], timeout_s=10)
+        stack.target.start()
+        stack.target.wait_healthy(120)
+        back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
+                              "router did not serve again")
+        status = router.status()
+        again = [s.token_ids for s in router.generate_many(short)]
+        final = router.status()
+
+    for r in records:
+        assert r.done and r.error.startswith("UNAVAILABLE"), r.error
+        assert "target" in r.error
+        assert len(r.tokens) < 1500
+    assert ended_within < 5.0
+    assert down_after < 5.0
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    assert "unavailable" in refused.value.details()
+    assert back_after < 30
+    assert status.num_cached_tokens == 0 and status.num_free_slots == status.num_total_slots
+    assert again == reference
+    assert_slots_accounted(final)
