@@ -34,7 +34,7 @@ from tests.helpers import hostile, overload
 from tests.helpers.load import SteadyLoad, median, step_gaps
 
 KEY_ENV = "SPLITSPEC_RELIABILITY_KEY"
-MAX_QUEUE, MAX_RUNNING = 4, 8
+MAX_QUEUE, MAX_RUNNING = 8, 8
 PROMPTS = [
     "Write a haiku about gRPC.", "Explain speculative decoding in two sentences.",
     "List three prime numbers.", "What is a radix tree?", "Say hello in French.",

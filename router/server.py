@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
-from router import admission, auth, secure
+from router import admission, auth, secure, shutdown
 from router.admission import AdmissionLimits
 from router.config import RouterConfig
 from router.draft_pool import DraftPool
@@ -192,6 +192,7 @@ async def serve(
     if bind(server, address, security.public_tls) == 0:
         raise SystemExit(f"router: cannot bind {address}")
     await server.start()
+    drained = shutdown.install(server, scheduler, health, [SERVICE_NAME])
     log.info(
         "router serving on %s (target %s, %d slots)", address, config.target_address, info.num_slots
     )
@@ -199,6 +200,7 @@ async def serve(
         asyncio.create_task(scheduler.run()),
         asyncio.create_task(pool.probe_forever()),
         asyncio.create_task(watch.run()),
+        asyncio.create_task(drained.wait()),  # SIGTERM: drain, then return
         asyncio.create_task(server.wait_for_termination()),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -23,6 +23,7 @@ from router.target_client import TargetClient
 log = logging.getLogger("splitspec.router")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+LOST_AFTER_FAILED_CHECKS = 2
 
 
 class TargetWatch:
@@ -46,15 +47,18 @@ class TargetWatch:
 
     async def run(self) -> None:
         stub = health_pb2_grpc.HealthStub(self.target.channel)
+        failed_in_a_row = 0
         while True:
             await asyncio.sleep(self.interval_s)
             try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
                 serving = reply.status == SERVING
             except grpc.aio.AioRpcError:
                 serving = False
-            if self.up and not serving:
-                await self._lose("target health check failed")
+            failed_in_a_row = 0 if serving else failed_in_a_row + 1
+            # Two in a row: one slow answer from a busy target must not fail every request.
+            if self.up and failed_in_a_row >= LOST_AFTER_FAILED_CHECKS:
+                await self._lose(f"{failed_in_a_row} health checks failed")
             elif not self.up and serving:
                 self._recovered = True
                 self.scheduler.wake()

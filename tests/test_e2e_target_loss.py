@@ -1,10 +1,13 @@
 """The target SIGKILLed mid-stream and restarted: streams end UNAVAILABLE at once (well within
 their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE, and once
 the target is back the same router serves again, with its radix cache dropped and outputs as
-before."""
+before. Then (same stack, to save a start-up) the router's graceful shutdown: SIGTERM drains
+running streams to their end, refuses new ones, and exits 0."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from protos import generation_pb2_grpc
 from tests.helpers.load import SteadyLoad
 from tests.helpers.rpc import assert_slots_accounted
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
@@ -73,6 +77,7 @@ def test_target_loss_and_recovery(
         status = router.status()
         again = [s.token_ids for s in router.generate_many(short)]
         final = router.status()
+        drained = graceful_shutdown(stack, long[:3])
 
     for r in records:
         assert r.done and r.error.startswith("UNAVAILABLE"), r.error
@@ -86,3 +91,29 @@ def test_target_loss_and_recovery(
     assert status.num_cached_tokens == 0 and status.num_free_slots == status.num_total_slots
     assert again == reference
     assert_slots_accounted(final)
+    records, refused_while_draining, exit_code = drained
+    assert all(not r.error and len(r.tokens) == 200 for r in records), [r.error for r in records]
+    assert refused_while_draining.code() == grpc.StatusCode.UNAVAILABLE
+    assert "shutting down" in refused_while_draining.details()
+    assert exit_code == 0
+
+
+def graceful_shutdown(stack, reqs) -> tuple[list, grpc.RpcError, int | None]:
+    """SIGTERM to the router with streams running: they finish, new ones are refused, and the
+    router exits 0 once drained."""
+    reqs = [ids_request(list(r.input_ids.ids), 200, True, ignore_eos=True) for r in reqs]
+    load = SteadyLoad(stack.router_address, reqs, len(reqs)).start()
+    wait_for(lambda: len(load.records) == len(reqs)
+             and all(len(r.tokens) >= 4 for r in load.records), 60, "streams not going")
+    stack.router.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    with grpc.insecure_channel(stack.router_address) as channel:
+        stub = generation_pb2_grpc.GenerationStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.Generate(reqs[0], timeout=10))
+    records = load.stop(60)
+    try:
+        code = stack.router.process.wait(30)
+    except subprocess.TimeoutExpired:
+        code = None
+    return records, refused.value, code
