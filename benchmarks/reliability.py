@@ -2,8 +2,8 @@
 stack of real processes on loopback (default model, two EAGLE replicas, an API key), bounded in
 time and count. Prints one table and saves JSON.
 
-    python -m benchmarks.reliability            # ~5 min on 2 cores
-    python -m benchmarks.reliability --quick    # fewer requests and hostile cases
+    python -m benchmarks.reliability            # ~10 min on 2 busy cores
+    python -m benchmarks.reliability --quick    # 300 hostile cases, shorter replies (~5 min)
 
 Phases, in order: target-only reference outputs; a steady load of greedy streams while replica
 A is SIGKILLed and restarted and replica B is SIGSTOPped for 5 s; a burst of 10x the queue;

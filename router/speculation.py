@@ -216,7 +216,9 @@ class Speculation:
         if replica is None:
             return
         units = req.num_computed + 1
-        deadline = replica.health.deadline_s("ingest", units)
+        # Per token, but never below a round's: a short context still costs a round trip.
+        health = replica.health
+        deadline = max(health.deadline_s("propose"), health.deadline_s("ingest", units))
         started = time.perf_counter()
         try:
             await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)

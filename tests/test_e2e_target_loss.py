@@ -27,6 +27,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(300)
 DEADLINE_S = 30.0
+DRAIN_TOKENS = 120
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
@@ -54,9 +55,9 @@ def test_target_loss_and_recovery(
 ) -> None:
     prompts = random_prompts(seed=3, count=6, vocab_size=49152, max_len=40)
     log_dir = tmp_path_factory.mktemp("target-loss")
-    with running_stack(log_dir, tiny_model_dir, [["--method", "ngram"]]) as (stack, router):
-        long = [ids_request(p, 1500, True, ignore_eos=True) for p in prompts]
-        short = [ids_request(p, 24, True, ignore_eos=True) for p in prompts]
+    with running_stack(log_dir, tiny_model_dir) as (stack, router):
+        long = [ids_request(p, 1500, False, ignore_eos=True) for p in prompts]
+        short = [ids_request(p, 24, False, ignore_eos=True) for p in prompts]
         reference = [s.token_ids for s in router.generate_many(short)]
         assert router.status().num_cached_tokens > 0  # there is a radix cache to drop later
         load = SteadyLoad(stack.router_address, long, len(long), timeout_s=DEADLINE_S).start()
@@ -92,7 +93,7 @@ def test_target_loss_and_recovery(
     assert again == reference
     assert_slots_accounted(final)
     records, refused_while_draining, exit_code = drained
-    assert all(not r.error and len(r.tokens) == 200 for r in records), [r.error for r in records]
+    assert all(not r.error and len(r.tokens) == DRAIN_TOKENS for r in records), records
     assert refused_while_draining.code() == grpc.StatusCode.UNAVAILABLE
     assert "shutting down" in refused_while_draining.details()
     assert exit_code == 0
@@ -101,7 +102,8 @@ def test_target_loss_and_recovery(
 def graceful_shutdown(stack, reqs) -> tuple[list, grpc.RpcError, int | None]:
     """SIGTERM to the router with streams running: they finish, new ones are refused, and the
     router exits 0 once drained."""
-    reqs = [ids_request(list(r.input_ids.ids), 200, True, ignore_eos=True) for r in reqs]
+    reqs = [ids_request(list(r.input_ids.ids), DRAIN_TOKENS, False, ignore_eos=True)
+            for r in reqs]
     load = SteadyLoad(stack.router_address, reqs, len(reqs)).start()
     wait_for(lambda: len(load.records) == len(reqs)
              and all(len(r.tokens) >= 4 for r in load.records), 60, "streams not going")
