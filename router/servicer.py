@@ -12,6 +12,7 @@ from router.admission import AdmissionLimits, check_fields, check_prompt_len
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.request import Request
 from router.scheduler import Scheduler
+from router.strict_parse import Unparsable
 from router.validation import Limits, prompt_ids, sampling_options
 
 _STATUS = {
@@ -36,6 +37,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         self.admit = admit or AdmissionLimits()
 
     async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
+        if isinstance(request, Unparsable):  # router/strict_parse.py
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         try:
             req = self._build(request)
             self.scheduler.submit(req)

@@ -1,8 +1,9 @@
 """Requests that do not parse end INVALID_ARGUMENT with a message, not INTERNAL.
 
 gRPC's own deserialization failure (a field of the wrong wire type, invalid UTF-8 in a
-string) answers a generic error. This interceptor takes the raw bytes instead, parses them
-with the method's own deserializer and says what was wrong.
+string) answers a generic error. This interceptor parses the bytes with the method's own
+deserializer and says what was wrong: unary methods take the raw bytes, streaming ones get an
+``Unparsable`` in place of the request.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ async def _parse(handler: grpc.RpcMethodHandler, raw: bytes, context):
     try:
         return handler.request_deserializer(raw)
     except (DecodeError, UnicodeDecodeError, ValueError) as err:
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"the request does not parse ({err.__class__.__name__}: {err}); "
-            "strings must be valid UTF-8 and fields of their declared types",
-        )
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _message(err))
+
+
+def _message(err: Exception) -> str:
+    return (
+        f"the request does not parse ({err.__class__.__name__}: {err}); "
+        "strings must be valid UTF-8 and fields of their declared types"
+    )
 
 
 def _unary(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -54,10 +58,26 @@ def _unary(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(behavior, None, handler.response_serializer)
 
 
-def _streaming(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    async def behavior(raw: bytes, context):
-        request = await _parse(handler, raw, context)
-        async for item in handler.unary_stream(request, context):
-            yield item
+class Unparsable:
+    """What a streaming handler receives for bytes that do not parse: the servicer answers
+    INVALID_ARGUMENT with ``message``. (Streaming handlers keep their own behavior, so that
+    cancellation reaches the servicer's generator exactly as without this interceptor.)"""
 
-    return grpc.unary_stream_rpc_method_handler(behavior, None, handler.response_serializer)
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _safe(deserializer):
+    def parse(raw: bytes):
+        try:
+            return deserializer(raw)
+        except (DecodeError, UnicodeDecodeError, ValueError) as err:
+            return Unparsable(_message(err))
+
+    return parse
+
+
+def _streaming(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    return grpc.unary_stream_rpc_method_handler(
+        handler.unary_stream, _safe(handler.request_deserializer), handler.response_serializer
+    )
