@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,15 +31,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.model:
         target_args += ["--model", str(args.model)]
     router_args = ["--model", str(args.model)] if args.model else []
+    if not _prepare(args):
+        return 2
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args))
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
-    print(
-        f"starting target, router{drafts} (logs in {log_dir}); "
-        "the first start converts the model once",
-        flush=True,
-    )
-    stack.start(timeout_s=args.start_timeout)
+    print(f"starting target, router{drafts} (logs in {log_dir})", flush=True)
+    stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
     try:
         print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
         print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
@@ -58,6 +57,21 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _prepare(args: argparse.Namespace) -> bool:
+    """The first-start work (model conversion, kernel build) in a process of its own, so that
+    its progress shows here; False (its error already printed) when it failed."""
+    command = [sys.executable, "-m", "splitspec.prepare"]
+    if args.model:
+        command += ["--model", str(args.model)]
+    if args.device == "cpu" and args.dtype == "float32":
+        command.append("--kernel")  # the CPU fp32 target packs its weights for the kernel
+    return subprocess.run(command, check=False).returncode == 0
+
+
+def _say_ready(name: str, seconds: float) -> None:
+    print(f"  {name} ready after {seconds:.1f} s", flush=True)
 
 
 def draft_method(args: argparse.Namespace) -> str:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -156,12 +157,19 @@ class LocalStack:
     def services(self) -> list[ServiceProcess]:
         return [self.target, *self.drafts, self.router]
 
-    def start(self, timeout_s: float = 600.0) -> LocalStack:
+    def start(
+        self, timeout_s: float = 600.0, on_ready: Callable[[str, float], None] | None = None
+    ) -> LocalStack:
+        """Starts every service and waits until all are healthy; ``on_ready(name, seconds)``
+        hears of each as it turns healthy."""
+        started = time.monotonic()
         try:
             for service in self.services():
                 service.start()
             for service in self.services():
                 service.wait_healthy(timeout_s)
+                if on_ready is not None:
+                    on_ready(service.name, time.monotonic() - started)
             if self.drafts:
                 self.wait_drafts_serving(timeout_s)
         except BaseException:

@@ -13,11 +13,12 @@ import torch
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
+from plumbing.once import CacheWriteError
+from plumbing.paths import default_cache_dir
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.paths import default_cache_dir
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
 from target_service.servicer import TargetServicer
@@ -137,4 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    serve(config_from_args(parser.parse_args(argv)))
+    config = config_from_args(parser.parse_args(argv))
+    try:
+        serve(config)
+    except CacheWriteError as err:
+        log.error("%s", err)  # one clear line instead of a traceback from a writer deep down
+        raise SystemExit(2) from None
