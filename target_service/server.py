@@ -21,6 +21,7 @@ from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
+from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
 
 log = logging.getLogger("splitspec.target")
@@ -65,6 +66,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(kernels/few_row_linear.cpp), which is built on first use",
     )
 
+    parser.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="CUDA: run decode steps eagerly instead of replaying captured graphs",
+    )
+    parser.add_argument(
+        "--graph-batch-sizes",
+        type=_positive_ints,
+        default=(1, 2, 4, 8, 16, 32),
+        help="CUDA: batch buckets of the decode graphs, comma-separated (default 1,2,4,8,16,32)",
+    )
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive, got {text!r}")
+    return values
+
 
 def config_from_args(args: argparse.Namespace) -> TargetConfig:
     return TargetConfig(
@@ -81,6 +107,8 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         num_threads=args.threads,
         prepack_weights=args.prepack,
         few_row_kernel=args.few_row_kernel,
+        cuda_graphs=args.cuda_graphs,
+        graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
 
@@ -93,7 +121,18 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         packed, packer = prepack_linears(model, config.cache_dir, config.few_row_kernel)
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
-    return TargetEngine(config, model)
+    engine = TargetEngine(config, model)
+    if config.device.startswith("cuda"):
+        # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
+        # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        if config.cuda_graphs:
+            runner = DecodeGraphRunner(
+                model, engine.pools, engine.max_context, config.graph_batch_sizes
+            )
+            runner.capture_all()
+            engine.attach_graphs(runner)
+    return engine
 
 
 def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
