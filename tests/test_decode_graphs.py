@@ -105,5 +105,6 @@ def test_graph_replay_is_bit_identical_to_the_eager_body(tiny_model_dir: Path, d
     replay = make_engine(model, dtype, True, "cuda")
     assert replay.graphs is not None and replay.graphs.graphs
     assert decode(eager, specs, 16) == decode(replay, specs, 16)
+    live = slice(0, eager.pools.dummy_slot)  # capture's warm-up runs also wrote the dummy slot
     for a, b in zip(eager.pools.all_pools(), replay.pools.all_pools(), strict=True):
-        assert torch.equal(a, b)
+        assert torch.equal(a[live], b[live])
