@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from model_runtime.config import ModelConfig
+from model_runtime.fused import use_fused_kernels
 from model_runtime.llama import LlamaForCausalLM
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
@@ -123,9 +124,10 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
     floor_ms = weight_bytes / copy_bandwidth_bytes_s() * 1e3  # a decode step reads each once
     rows: list[dict[str, Any]] = []
     for batch in batches:
-        for graphs in (True, False):
+        for graphs, fused in ((True, True), (True, False), (False, True)):
+            use_fused_kernels(fused)
             times = step_times(model, context, batch, graphs)
-            rows.append({"batch": batch, "graphs": graphs, **times})
+            rows.append({"batch": batch, "graphs": graphs, "fused_kernels": fused, **times})
     del model
     torch.cuda.empty_cache()
     return {

@@ -11,6 +11,7 @@ import grpc
 import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
+from model_runtime.fused import use_fused_kernels
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from plumbing.once import CacheWriteError
@@ -73,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CUDA: run decode steps eagerly instead of replaying captured graphs",
     )
     parser.add_argument(
+        "--no-fused-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
+    )
+    parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=(1, 2, 4, 8, 16, 32),
@@ -108,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         prepack_weights=args.prepack,
         few_row_kernel=args.few_row_kernel,
         cuda_graphs=args.cuda_graphs,
+        fused_kernels=args.fused_kernels,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
@@ -126,6 +134,8 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
         # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
         torch.backends.cuda.enable_cudnn_sdp(False)
+        if config.fused_kernels and not use_fused_kernels(True):
+            log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
         if config.cuda_graphs:
             runner = DecodeGraphRunner(
                 model, engine.pools, engine.max_context, config.graph_batch_sizes
