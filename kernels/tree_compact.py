@@ -1,0 +1,134 @@
+"""Triton compaction of the accepted path's rows, all pools in one launch.
+
+The pools (per-layer K and V, the hidden-state pool; any dtypes and row widths) are copied as raw
+words, so the copy is bit-exact for every dtype. One launch covers every pool: a small table on
+the device lists, per (pool, column chunk), the pool's word offset from the lowest-addressed pool,
+its row width and its row count. The table is built on the first call for a set of pools and kept
+(``pool_table``); that first call copies it to the device, so it must run outside a CUDA graph
+capture, like the kernel's compilation (a warm-up step does both).
+
+Each program moves one column chunk of one tree's path in one pool: it loads every source row of
+the chunk, waits at a barrier, then stores every destination, so overlapping moves inside a tree
+are safe. Trees must not share slots, which holds for the router's slots (one request per slot);
+path entries of -1 (padding) are skipped, which leaves the pools as the reference's dummy-slot
+self-copies do, so ``dummy_slot`` is only checked, never touched. Slots outside a pool are skipped
+too instead of touching memory outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# A program's tile is [path rows, column chunk] words; this caps its size (registers).
+COPY_TILE = 4096
+WORD_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+TABLE_CACHE_SIZE = 8  # pool sets kept (each entry holds a reference to its base pool)
+
+
+@dataclass(frozen=True)
+class PoolTable:
+    base: Tensor  # the lowest-addressed pool as one flat tensor of words
+    entries: Tensor  # int64 [E, 4] on the pools' device: word offset, row words, first col, rows
+    block_cols: int
+
+
+_tables: OrderedDict[tuple, PoolTable] = OrderedDict()
+
+
+@triton.jit
+def _compact_kernel(
+    base_ptr, table_ptr, slots_ptr, path_ptr, num_nodes,
+    BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    entry = tl.program_id(0).to(tl.int64) * 4
+    tree = tl.program_id(1).to(tl.int64) * num_nodes
+    pool = base_ptr + tl.load(table_ptr + entry)
+    row_words = tl.load(table_ptr + entry + 1)
+    cols = tl.load(table_ptr + entry + 2) + tl.arange(0, BLOCK_C)
+    num_rows = tl.load(table_ptr + entry + 3)
+    # Path entry j (j >= 1) moves node path[j]'s row to node j's slot.
+    steps = tl.arange(0, BLOCK_J)
+    in_path = (steps >= 1) & (steps < num_nodes)
+    node = tl.load(path_ptr + tree + steps, mask=in_path, other=-1)
+    moved = (node >= 0) & (node < num_nodes)
+    src = tl.load(slots_ptr + tree + node, mask=moved, other=0)
+    dst = tl.load(slots_ptr + tree + steps, mask=moved, other=0)
+    inside = (src >= 0) & (src < num_rows) & (dst >= 0) & (dst < num_rows)
+    copy = moved & inside & (src != dst)
+    mask = copy[:, None] & (cols < row_words)[None, :]
+    rows = tl.load(pool + src.to(tl.int64)[:, None] * row_words + cols[None, :], mask=mask)
+    tl.debug_barrier()  # every source read before any destination is written
+    tl.store(pool + dst.to(tl.int64)[:, None] * row_words + cols[None, :], rows, mask=mask)
+
+
+def compact_accepted(
+    pools: Sequence[Tensor], node_slots: Tensor, path: Tensor, dummy_slot: int
+) -> None:
+    """Triton ``kernels.tree_reference.compact_accepted``, in place, one launch for all pools.
+
+    ``node_slots`` [B, N] (int32 or int64) and ``path`` [B, N] as in the reference. Pools must be
+    contiguous, share a device and hold ``dummy_slot`` (a row no tree's path names).
+    """
+    num_req, num_nodes = path.shape
+    if num_req == 0 or num_nodes < 2 or not any(pool.numel() for pool in pools):
+        return
+    if any(not 0 <= dummy_slot < pool.shape[0] for pool in pools):
+        raise ValueError(f"dummy slot {dummy_slot} is outside a pool")
+    block_j = triton.next_power_of_2(num_nodes)
+    table = pool_table(pools, max(1, COPY_TILE // block_j))
+    grid = (table.entries.shape[0], num_req)
+    with on_device(path):
+        _compact_kernel[grid](
+            table.base, table.entries, node_slots.contiguous(), path.contiguous(), num_nodes,
+            BLOCK_J=block_j, BLOCK_C=table.block_cols,
+        )
+
+
+def pool_table(pools: Sequence[Tensor], block_cols: int) -> PoolTable:
+    """The launch table of ``pools`` for chunks of ``block_cols`` words (built once, cached)."""
+    key = (block_cols, *((p.data_ptr(), p.shape, p.stride(), p.dtype, p.device) for p in pools))
+    if key in _tables:
+        _tables.move_to_end(key)
+        return _tables[key]
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("compact_accepted: run it once on these pools before graph capture")
+    table = _build_table(pools, block_cols)
+    _tables[key] = table
+    while len(_tables) > TABLE_CACHE_SIZE:
+        _tables.popitem(last=False)
+    return table
+
+
+def _build_table(pools: Sequence[Tensor], block_cols: int) -> PoolTable:
+    pools = [pool for pool in pools if pool.numel() > 0]
+    device = pools[0].device
+    for pool in pools:
+        if pool.device != device or not pool.is_contiguous() or pool.dim() < 1:
+            raise ValueError("compact_accepted: pools must be contiguous and on one device")
+    base = min(pools, key=Tensor.data_ptr)
+    row_bytes = [pool[0].numel() * pool.element_size() for pool in pools]
+    gaps = [pool.data_ptr() - base.data_ptr() for pool in pools]
+    word = next(
+        w for w in WORD_DTYPES if all(n % w == 0 for n in [*row_bytes, *gaps, base.data_ptr()])
+    )
+    entries = []
+    for pool, width, gap in zip(pools, row_bytes, gaps, strict=True):
+        row_words = width // word
+        for first_col in range(0, row_words, block_cols):
+            entries.append([gap // word, row_words, first_col, pool.shape[0]])
+    words = base.reshape(-1).view(torch.uint8).view(WORD_DTYPES[word])
+    table = torch.tensor(entries or [[0, 0, 0, 0]], dtype=torch.long, device=device)
+    return PoolTable(base=words, entries=table, block_cols=block_cols)
+
+
+def on_device(tensor: Tensor) -> contextlib.AbstractContextManager:
+    """Launch on the tensor's GPU (Triton launches on the current device)."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
