@@ -17,11 +17,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.tree_compact import compact_accepted, on_device
+from kernels.tree_compact import compact_accepted, on_device, warps_for
 from kernels.tree_reference import Acceptance, TreeMask
 
 __all__ = [
-    "INTERPRETED", "compact_accepted", "greedy_accept_path", "tree_mask_and_positions"
+    "INTERPRETED", "compact_accepted", "greedy_accept_path", "tree_mask_and_positions", "warps_for"
 ]
 
 # The ancestor kernel holds a [rows, BLOCK_N] tile in registers; this caps its size.
@@ -50,7 +50,7 @@ def _tree_mask_kernel(
         parent = tl.load(parents_ptr + tree + cur, mask=can_step, other=-1)
         # The reference draws an edge i -> parent only for valid non-root i with parent in range.
         active = can_step & (node_valid != 0) & (parent >= 0) & (parent < num_nodes)
-        cur = tl.where(active, parent, cur)
+        cur = tl.where(active, parent.to(tl.int32), cur)
         anc = anc | (active[:, None] & (cur[:, None] == cols[None, :]))
         steps += 1
     depth = tl.sum(anc.to(tl.int64), axis=1) - 1
@@ -88,7 +88,7 @@ def tree_mask_and_positions(
         _tree_mask_kernel[grid](
             parents.contiguous(), _bytes(valid), start_pos.contiguous(),
             out.ancestors.view(torch.uint8), out.depths, out.positions, num_nodes,
-            BLOCK_I=block_i, BLOCK_N=block_n,
+            BLOCK_I=block_i, BLOCK_N=block_n, num_warps=warps_for(block_i * block_n),
         )
     return out
 
@@ -115,7 +115,7 @@ def _greedy_path_kernel(
         wanted = tl.load(next_ptr + tree + cur)
         matches = draft & (parents == cur) & (tokens == wanted)
         child = tl.min(tl.where(matches, cols, BLOCK_N), axis=0)
-        moved = child < BLOCK_N
+        moved = (child < BLOCK_N) & (depth < num_nodes - 1)  # the bound only binds on cycles
         depth += moved.to(tl.int32)
         path = tl.where(moved & (cols == depth), child.to(tl.int64), path)
         cur = tl.where(moved, child, cur)
@@ -146,7 +146,7 @@ def greedy_accept_path(
         _greedy_path_kernel[(num_req,)](
             tokens.contiguous(), parents.contiguous(), _bytes(valid), target_next.contiguous(),
             out.path, out.num_accepted, out.next_token, num_nodes,
-            BLOCK_N=triton.next_power_of_2(num_nodes),
+            BLOCK_N=triton.next_power_of_2(num_nodes), num_warps=warps_for(num_nodes),
         )
     return out
 
