@@ -155,7 +155,7 @@ def run(shapes: list[tuple[str, int, int]], repeats: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Triton tree kernels vs torch reference, CUDA")
     parser.add_argument("--quick", action="store_true", help="one shape, fewer repeats")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
     args = parser.parse_args()

@@ -62,7 +62,7 @@ def compile_all(arch: int = 90) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Triton tree kernels vs torch reference, CUDA")
     parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90")
     for line in compile_all(parser.parse_args().arch):
         print(line)
