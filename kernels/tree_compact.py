@@ -7,12 +7,15 @@ its row width and its row count. The table is built on the first call for a set 
 (``pool_table``); that first call copies it to the device, so it must run outside a CUDA graph
 capture, like the kernel's compilation (a warm-up step does both).
 
-Each program moves one column chunk of one tree's path in one pool: it loads every source row of
-the chunk, waits at a barrier, then stores every destination, so overlapping moves inside a tree
-are safe. Trees must not share slots, which holds for the router's slots (one request per slot);
-path entries of -1 (padding) are skipped, which leaves the pools as the reference's dummy-slot
-self-copies do, so ``dummy_slot`` is only checked, never touched. Slots outside a pool are skipped
-too instead of touching memory outside it.
+Each program moves one column chunk of one tree's path in one pool, PATH_ROUND path entries a
+round: it loads the round's source rows, waits at a barrier, then stores the destinations, so
+overlapping moves inside a round are safe; across rounds, a later round only reads rows of deeper
+nodes (``path[j] >= j``), which no earlier round wrote, and its barrier keeps its stores after
+every earlier read. The walk stops at the first -1 (the path is its accepted prefix, then -1, as
+the reference's Acceptance says). Trees must not share slots, which holds for the router's slots
+(one request per slot); padding entries are skipped, which leaves the pools as the reference's
+dummy-slot self-copies do, so ``dummy_slot`` is only checked, never touched. Slots outside a pool
+are skipped too instead of touching memory outside it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-# A program's tile is [path rows, column chunk] words; this caps its size (registers).
+# A program moves PATH_ROUND path entries a round (an accepted path is rarely longer than 8) of
+# one column chunk; the [PATH_ROUND, chunk] tile of words is capped by COPY_TILE (registers).
+PATH_ROUND = 8
 COPY_TILE = 4096
 WORD_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 TABLE_CACHE_SIZE = 8  # pool sets kept (each entry holds a reference to its base pool)
@@ -54,19 +59,25 @@ def _compact_kernel(
     row_words = tl.load(table_ptr + entry + 1)
     cols = tl.load(table_ptr + entry + 2) + tl.arange(0, BLOCK_C)
     num_rows = tl.load(table_ptr + entry + 3)
-    # Path entry j (j >= 1) moves node path[j]'s row to node j's slot.
-    steps = tl.arange(0, BLOCK_J)
-    in_path = (steps >= 1) & (steps < num_nodes)
-    node = tl.load(path_ptr + tree + steps, mask=in_path, other=-1)
-    moved = (node >= 0) & (node < num_nodes)
-    src = tl.load(slots_ptr + tree + node, mask=moved, other=0)
-    dst = tl.load(slots_ptr + tree + steps, mask=moved, other=0)
-    inside = (src >= 0) & (src < num_rows) & (dst >= 0) & (dst < num_rows)
-    copy = moved & inside & (src != dst)
-    mask = copy[:, None] & (cols < row_words)[None, :]
-    rows = tl.load(pool + src.to(tl.int64)[:, None] * row_words + cols[None, :], mask=mask)
-    tl.debug_barrier()  # every source read before any destination is written
-    tl.store(pool + dst.to(tl.int64)[:, None] * row_words + cols[None, :], rows, mask=mask)
+    col_ok = (cols < row_words)[None, :]
+    # Path entry j (j >= 1) moves node path[j]'s row to node j's slot, BLOCK_J entries a round.
+    first = tl.program_id(0) * 0 + 1
+    going = first < num_nodes
+    while going:
+        steps = first + tl.arange(0, BLOCK_J)
+        node = tl.load(path_ptr + tree + steps, mask=steps < num_nodes, other=-1)
+        moved = (node >= 0) & (node < num_nodes)
+        src = tl.load(slots_ptr + tree + node, mask=moved, other=0).to(tl.int64)
+        dst = tl.load(slots_ptr + tree + steps, mask=moved, other=0).to(tl.int64)
+        inside = (src >= 0) & (src < num_rows) & (dst >= 0) & (dst < num_rows)
+        mask = (moved & inside & (src != dst))[:, None] & col_ok
+        rows = tl.load(pool + src[:, None] * row_words + cols[None, :], mask=mask)
+        tl.debug_barrier()  # every source of the round read before any destination is written
+        tl.store(pool + dst[:, None] * row_words + cols[None, :], rows, mask=mask)
+        # The path is its accepted prefix, then -1: a round that ends on -1 ends the walk.
+        last = tl.sum(tl.where(steps == first + BLOCK_J - 1, moved, False).to(tl.int32), axis=0)
+        first += BLOCK_J
+        going = (last > 0) & (first < num_nodes)
 
 
 def compact_accepted(
@@ -82,33 +93,32 @@ def compact_accepted(
         return
     if any(not 0 <= dummy_slot < pool.shape[0] for pool in pools):
         raise ValueError(f"dummy slot {dummy_slot} is outside a pool")
-    block_j = triton.next_power_of_2(num_nodes)
-    table = pool_table(pools, max(1, COPY_TILE // block_j))
+    table = pool_table(pools)
     grid = (table.entries.shape[0], num_req)
     with on_device(path):
         _compact_kernel[grid](
             table.base, table.entries, node_slots.contiguous(), path.contiguous(), num_nodes,
-            BLOCK_J=block_j, BLOCK_C=table.block_cols,
-            num_warps=warps_for(block_j * table.block_cols),
+            BLOCK_J=PATH_ROUND, BLOCK_C=table.block_cols,
+            num_warps=warps_for(PATH_ROUND * table.block_cols),
         )
 
 
-def pool_table(pools: Sequence[Tensor], block_cols: int) -> PoolTable:
-    """The launch table of ``pools`` for chunks of ``block_cols`` words (built once, cached)."""
-    key = (block_cols, *((p.data_ptr(), p.shape, p.stride(), p.dtype, p.device) for p in pools))
+def pool_table(pools: Sequence[Tensor]) -> PoolTable:
+    """The launch table of ``pools`` (built once per set of pools, then cached)."""
+    key = tuple((p.data_ptr(), p.shape, p.stride(), p.dtype, p.device) for p in pools)
     if key in _tables:
         _tables.move_to_end(key)
         return _tables[key]
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("compact_accepted: run it once on these pools before graph capture")
-    table = _build_table(pools, block_cols)
+    table = _build_table(pools)
     _tables[key] = table
     while len(_tables) > TABLE_CACHE_SIZE:
         _tables.popitem(last=False)
     return table
 
 
-def _build_table(pools: Sequence[Tensor], block_cols: int) -> PoolTable:
+def _build_table(pools: Sequence[Tensor]) -> PoolTable:
     pools = [pool for pool in pools if pool.numel() > 0]
     device = pools[0].device
     for pool in pools:
@@ -120,6 +130,8 @@ def _build_table(pools: Sequence[Tensor], block_cols: int) -> PoolTable:
     word = next(
         w for w in WORD_DTYPES if all(n % w == 0 for n in [*row_bytes, *gaps, base.data_ptr()])
     )
+    widest = max(row_bytes) // word
+    block_cols = min(triton.next_power_of_2(widest), COPY_TILE // PATH_ROUND)
     entries = []
     for pool, width, gap in zip(pools, row_bytes, gaps, strict=True):
         row_words = width // word

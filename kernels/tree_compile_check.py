@@ -39,11 +39,11 @@ def variants() -> list[tuple[str, object, dict[str, str], dict[str, int], int]]:
                       tree_compact.warps_for(block_i * nodes)))
         found.append((f"greedy N={nodes}", tree_kernels._greedy_path_kernel, GREEDY,
                       {"BLOCK_N": nodes}, tree_compact.warps_for(nodes)))
-        cols = tree_compact.COPY_TILE // nodes
-        word, slots = ("*i64", "*i64") if nodes == 16 else ("*i16", "*i32")
-        found.append((f"compact N={nodes} words {word} slots {slots}",
+    for cols, word, slots in ((512, "*i64", "*i64"), (64, "*i16", "*i32")):
+        found.append((f"compact {cols} cols words {word} slots {slots}",
                       tree_compact._compact_kernel, compact_signature(word, slots),
-                      {"BLOCK_J": nodes, "BLOCK_C": cols}, tree_compact.warps_for(nodes * cols)))
+                      {"BLOCK_J": tree_compact.PATH_ROUND, "BLOCK_C": cols},
+                      tree_compact.warps_for(tree_compact.PATH_ROUND * cols)))
     return found
 
 

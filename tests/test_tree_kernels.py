@@ -190,6 +190,28 @@ def test_compact_overlapping_moves(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_compact_a_long_path_across_rounds(device: str) -> None:
+    """A rejected first child, then a 20-node chain the target accepts: every move shifts a row
+    one slot down, across several of the kernel's rounds of 8 path entries."""
+    parents = torch.tensor([[-1, 0, 0, *range(2, 20)], [-1, 0, 0, 0, 0, *[0] * 16]], device=device)
+    tokens = torch.arange(21, device=device).repeat(2, 1)
+    target_next = tokens + 1
+    target_next[:, 0] = 2  # the root's argmax is node 2's token: node 1 is rejected
+    valid = torch.ones_like(parents, dtype=torch.bool)
+    valid[1, 5:] = False
+    path = ref.greedy_accept_path(tokens, parents, valid, target_next).path
+    assert path[0, 1:].tolist() == [*range(2, 21), -1] and path[1, 1] == 2
+    rng = torch.Generator().manual_seed(5)
+    node_slots = torch.randperm(50, generator=rng)[:42].view(2, 21).to(device)
+    pools = random_pools(rng, 51, torch.bfloat16, device)
+    expected = [p.clone() for p in pools]
+    ref.compact_accepted(expected, node_slots, path, 50)
+    tk.compact_accepted(pools, node_slots, path, 50)
+    for got, want in zip(pools, expected, strict=True):
+        assert torch.equal(as_bits(got), as_bits(want))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_dispatcher_matches_reference(device: str) -> None:
     tokens, parents, valid, target_next, start_pos = random_trees(300, device)
     picked = tree_ops.backend(torch.device(device))
