@@ -21,6 +21,7 @@ are skipped too instead of touching memory outside it.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,17 +36,29 @@ from torch import Tensor
 PATH_ROUND = 8
 COPY_TILE = 4096
 WORD_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
-TABLE_CACHE_SIZE = 8  # pool sets kept (each entry holds a reference to its base pool)
+TABLE_CACHE_SIZE = 8  # pool sets kept (weakly: a table never keeps a pool alive)
 
 
 @dataclass(frozen=True)
 class PoolTable:
-    base: Tensor  # the lowest-addressed pool as one flat tensor of words
+    pools: tuple[weakref.ref, ...]  # the pools it was built for, to check a cache hit
+    base_index: int  # which pool has the lowest address (offsets are counted from it)
+    word: torch.dtype  # the unit of the copy
     entries: Tensor  # int64 [E, 4] on the pools' device: word offset, row words, first col, rows
     block_cols: int
+    num_rows: int  # the fewest rows of any pool
+
+    def built_for(self, pools: Sequence[Tensor]) -> bool:
+        return len(pools) == len(self.pools) and all(
+            ref() is pool for ref, pool in zip(self.pools, pools, strict=True))
+
+    def base(self, pools: Sequence[Tensor]) -> Tensor:
+        return pools[self.base_index].reshape(-1).view(torch.uint8).view(self.word)
 
 
-_tables: OrderedDict[tuple, PoolTable] = OrderedDict()
+# Keyed by the pools' addresses; a hit must also be the same tensor objects (built_for), so a
+# pool freed and another allocated at its address with another shape gets a new table.
+_tables: OrderedDict[tuple[int, ...], PoolTable] = OrderedDict()
 
 
 @triton.jit
@@ -89,15 +102,17 @@ def compact_accepted(
     contiguous, share a device and hold ``dummy_slot`` (a row no tree's path names).
     """
     num_req, num_nodes = path.shape
-    if num_req == 0 or num_nodes < 2 or not any(pool.numel() for pool in pools):
+    if num_req == 0 or num_nodes < 2 or not pools:
         return
-    if any(not 0 <= dummy_slot < pool.shape[0] for pool in pools):
-        raise ValueError(f"dummy slot {dummy_slot} is outside a pool")
     table = pool_table(pools)
+    if not 0 <= dummy_slot < table.num_rows:
+        raise ValueError(f"dummy slot {dummy_slot} is outside a pool")
+    if not table.entries.shape[0]:
+        return  # every pool is empty
     grid = (table.entries.shape[0], num_req)
     with on_device(path):
         _compact_kernel[grid](
-            table.base, table.entries, node_slots.contiguous(), path.contiguous(), num_nodes,
+            table.base(pools), table.entries, node_slots.contiguous(), path.contiguous(), num_nodes,
             BLOCK_J=PATH_ROUND, BLOCK_C=table.block_cols,
             num_warps=warps_for(PATH_ROUND * table.block_cols),
         )
@@ -105,10 +120,11 @@ def compact_accepted(
 
 def pool_table(pools: Sequence[Tensor]) -> PoolTable:
     """The launch table of ``pools`` (built once per set of pools, then cached)."""
-    key = tuple((p.data_ptr(), p.shape, p.stride(), p.dtype, p.device) for p in pools)
-    if key in _tables:
+    key = tuple(pool.data_ptr() for pool in pools)
+    found = _tables.get(key)
+    if found is not None and found.built_for(pools):
         _tables.move_to_end(key)
-        return _tables[key]
+        return found
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("compact_accepted: run it once on these pools before graph capture")
     table = _build_table(pools)
@@ -119,27 +135,32 @@ def pool_table(pools: Sequence[Tensor]) -> PoolTable:
 
 
 def _build_table(pools: Sequence[Tensor]) -> PoolTable:
-    pools = [pool for pool in pools if pool.numel() > 0]
     device = pools[0].device
     for pool in pools:
         if pool.device != device or not pool.is_contiguous() or pool.dim() < 1:
             raise ValueError("compact_accepted: pools must be contiguous and on one device")
-    base = min(pools, key=Tensor.data_ptr)
-    row_bytes = [pool[0].numel() * pool.element_size() for pool in pools]
-    gaps = [pool.data_ptr() - base.data_ptr() for pool in pools]
-    word = next(
-        w for w in WORD_DTYPES if all(n % w == 0 for n in [*row_bytes, *gaps, base.data_ptr()])
-    )
-    widest = max(row_bytes) // word
+    filled = [i for i, pool in enumerate(pools) if pool.numel() > 0]
+    base_index = min(filled, key=lambda i: pools[i].data_ptr(), default=0)
+    base = pools[base_index].data_ptr()
+    row_bytes = {i: pools[i][0].numel() * pools[i].element_size() for i in filled}
+    gaps = {i: pools[i].data_ptr() - base for i in filled}
+    word = next(w for w in WORD_DTYPES
+                if all(n % w == 0 for n in [*row_bytes.values(), *gaps.values(), base]))
+    widest = max(row_bytes.values(), default=word) // word
     block_cols = min(triton.next_power_of_2(widest), COPY_TILE // PATH_ROUND)
-    entries = []
-    for pool, width, gap in zip(pools, row_bytes, gaps, strict=True):
-        row_words = width // word
-        for first_col in range(0, row_words, block_cols):
-            entries.append([gap // word, row_words, first_col, pool.shape[0]])
-    words = base.reshape(-1).view(torch.uint8).view(WORD_DTYPES[word])
-    table = torch.tensor(entries or [[0, 0, 0, 0]], dtype=torch.long, device=device)
-    return PoolTable(base=words, entries=table, block_cols=block_cols)
+    entries = [
+        [gaps[i] // word, row_bytes[i] // word, first_col, pools[i].shape[0]]
+        for i in filled
+        for first_col in range(0, row_bytes[i] // word, block_cols)
+    ]
+    return PoolTable(
+        pools=tuple(weakref.ref(pool) for pool in pools),
+        base_index=base_index,
+        word=WORD_DTYPES[word],
+        entries=torch.tensor(entries, dtype=torch.long, device=device).view(-1, 4),
+        block_cols=block_cols,
+        num_rows=min(pool.shape[0] for pool in pools),
+    )
 
 
 def warps_for(tile: int) -> int:
