@@ -1,5 +1,6 @@
 # Two entry points: `make run` (install, serve the default stack, stream a demo generation)
 # and `make test` (install, run the test suite). Everything installs into .venv.
+# `make run RUN_ARGS=--exit-after-demo` stops after the demo instead of serving on.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/splitspec serve --demo
+	$(BIN)/splitspec serve --demo $(RUN_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q

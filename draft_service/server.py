@@ -18,11 +18,12 @@ from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
+from plumbing.once import CacheWriteError
+from plumbing.paths import default_cache_dir
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.paths import default_cache_dir
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 
 log = logging.getLogger("splitspec.draft")
@@ -231,4 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         config = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
-    serve(config, server_tls_from_args(args))
+    try:
+        serve(config, server_tls_from_args(args))
+    except CacheWriteError as err:
+        log.error("%s", err)  # one clear line instead of a traceback from a writer deep down
+        raise SystemExit(2) from None

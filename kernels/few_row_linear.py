@@ -1,7 +1,7 @@
 """The few-row fp32 linear kernel (few_row_linear.cpp): build, load, and its torch reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes under a minute on 2 cores once per machine and torch version;
+``<cache>/kernels/``, which takes about 30 s on 2 cores once per cache, source and torch version;
 ``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). Where it cannot be
 built or run (no AVX-512, no compiler, not x86) ``load()`` returns None and callers keep torch's
 kernels.
@@ -10,14 +10,17 @@ kernels.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import logging
 import shutil
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from plumbing.once import CacheWriteError, build_once
 
 log = logging.getLogger("splitspec.kernels")
 
@@ -25,9 +28,7 @@ SOURCE = Path(__file__).resolve().parent / "few_row_linear.cpp"
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
-# torch's builder holds a lock file while it compiles and waits for it forever; one older than
-# this was left by a build that was killed (a build takes under a minute).
-STALE_LOCK_S = 600
+MODULE_NAME = "splitspec_few_row_linear"
 
 
 def unavailable_reason() -> str | None:
@@ -43,43 +44,53 @@ def unavailable_reason() -> str | None:
 
 @functools.cache
 def load(cache_dir: Path | None = None) -> ModuleType | None:
-    """The compiled module, building it if needed; None (logged once) when it cannot be had."""
+    """The compiled module, building it if needed; None (logged once) when it cannot be had.
+
+    It is built once per cache, source and torch version, by one process at a time: the build
+    runs in a temporary folder that is published whole (plumbing/once.py), so a killed build
+    never leaves a half-written module behind, and the others import the published one.
+    """
     reason = unavailable_reason()
     if reason is not None:
         log.warning("few-row linear kernel off: %s; verify steps use torch's kernels", reason)
         return None
-    from torch.utils.cpp_extension import load as build_extension
+    from plumbing.paths import default_cache_dir
 
-    from splitspec.paths import default_cache_dir
-
-    build_dir = (cache_dir or default_cache_dir()) / "kernels" / f"torch-{torch.__version__}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    _drop_stale_lock(build_dir / "lock")
-    started = time.monotonic()
+    final = build_folder(cache_dir or default_cache_dir())
+    built: list[ModuleType] = []
+    if not final.exists():
+        log.info("building the few-row linear kernel (once per cache; about 30 s on 2 cores)")
     try:
-        module = build_extension(
-            "splitspec_few_row_linear",
-            [str(SOURCE)],
-            extra_cflags=FLAGS,
-            build_directory=str(build_dir),
-            verbose=False,
-        )
+        build_once(final, lambda tmp: built.append(_compile(tmp)), "building the few-row kernel")
+        return built[0] if built else _import_built(final)
+    except CacheWriteError:
+        raise
     except (RuntimeError, OSError, ImportError) as err:
         log.warning("few-row linear kernel off: building it failed (%s)", err)
         return None
-    took = time.monotonic() - started
-    if took > 5:
-        log.info("built the few-row linear kernel in %.0f s (%s)", took, build_dir)
+
+
+def build_folder(cache_dir: Path) -> Path:
+    """Where the module for this source, these flags and this torch lives in ``cache_dir``."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    return cache_dir / "kernels" / f"{MODULE_NAME}-torch-{torch.__version__}-{key}"
+
+
+def _compile(build_dir: Path) -> ModuleType:
+    from torch.utils.cpp_extension import load as build_extension
+
+    return build_extension(
+        MODULE_NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(build_dir)
+    )
+
+
+def _import_built(folder: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, folder / f"{MODULE_NAME}.so")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no {MODULE_NAME}.so in {folder}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
-
-
-def _drop_stale_lock(lock: Path) -> None:
-    try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            lock.unlink()
-            log.warning("removed a stale kernel build lock (%s)", lock)
-    except FileNotFoundError:
-        pass
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -99,8 +110,11 @@ def supports(weight: torch.Tensor) -> bool:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print("building the few-row linear kernel (under a minute, once) ...", flush=True)
-    module = load()
+    try:
+        module = load()
+    except CacheWriteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if module is None:
         print(f"not built: {unavailable_reason() or 'see the warning above'}")
         return 0  # not an error: the services fall back to torch's kernels

@@ -15,6 +15,7 @@ import torch
 
 from model_runtime.config import ModelConfig
 from model_runtime.llama import LlamaForCausalLM
+from plumbing.once import build_once
 
 log = logging.getLogger(__name__)
 
@@ -53,39 +54,43 @@ def converted_dir(gguf_path: Path, cache_root: Path) -> Path:
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
-    """Dequantises a GGUF checkpoint with transformers and saves it as safetensors."""
+    """Dequantises a GGUF checkpoint with transformers into ``out_dir`` as safetensors."""
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
-    log.info("converting %s to safetensors in %s (once)", gguf_path.name, out_dir)
     hf = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
     )
-    from safetensors.torch import save_file
-
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
     config = hf.config
     # The weights are dequantised now; a quantization_config would describe the GGUF file.
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.to_json_file(tmp / "config.json")
+    config.to_json_file(out_dir / "config.json")
     state = {k: v.contiguous() for k, v in hf.state_dict().items()}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # safetensors refuses shared storage
-    save_file(state, tmp / "model.safetensors")
-    tmp.rename(out_dir)  # atomic, so a killed conversion never leaves a half-written cache
+    save_file(state, out_dir / "model.safetensors")
 
 
 def resolve_checkpoint(path: Path, cache_root: Path) -> Path:
-    """Returns a directory holding config.json and *.safetensors for ``path``."""
+    """Returns a directory holding config.json and *.safetensors for ``path``.
+
+    A GGUF file is converted once per cache folder: concurrent starts (a stack's target and
+    drafter, or several stacks) wait for the one that converts (plumbing/once.py).
+    """
     if not is_gguf(path):
         return path
     gguf_path = find_gguf(path)
     out_dir = converted_dir(gguf_path, cache_root)
     if not out_dir.exists():
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        convert_gguf(gguf_path, out_dir)
-    return out_dir
+        log.info(
+            "first start on this cache: converting %s to safetensors in %s (once; about 15 s "
+            "for the default model on 2 cores)",
+            gguf_path.name,
+            cache_root,
+        )
+    what = f"converting {gguf_path.name}"
+    return build_once(out_dir, lambda tmp: convert_gguf(gguf_path, tmp), what)
 
 
 def load_model(

@@ -42,7 +42,10 @@ def seeded_uniform(
     seed: torch.Tensor, position: torch.Tensor, salt: torch.Tensor | int
 ) -> torch.Tensor:
     """Uniform floats in [0, 1), a pure function of (seed, position, salt)."""
-    x = _hash32(torch.as_tensor(salt, device=seed.device) + 0x9E3779B9)
+    if isinstance(salt, int):  # a fill, not a host->device copy: capturable in a CUDA graph
+        x = _hash32(torch.full_like(position, salt + 0x9E3779B9))
+    else:
+        x = _hash32(salt + 0x9E3779B9)
     x = _hash32(x ^ position)
     x = _hash32(x ^ (seed & _MASK32))
     x = _hash32(x ^ ((seed >> 32) & _MASK32))
@@ -62,7 +65,8 @@ def filtered_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tenso
     sorted_probs = sorted_probs * keep
     probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     probs = probs / probs.sum(-1, keepdim=True)
-    greedy = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(probs.dtype)
+    # scatter, not one_hot: one_hot checks its input's range on the host (a sync).
+    greedy = torch.zeros_like(probs).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     return torch.where((params.temperature == 0)[:, None], greedy, probs)
 
 
@@ -79,6 +83,11 @@ def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
     """One token per row of fp32 logits [R, V]."""
     if params.all_greedy:
         return logits.argmax(-1)
+    return sample_greedy_or_drawn(logits, params)
+
+
+def sample_greedy_or_drawn(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    """``sample`` without its greedy shortcut: no host sync, so a CUDA graph may hold it."""
     probs = filtered_probs(logits, params)
     drawn = sample_from_probs(probs, seeded_uniform(params.seed, params.position, 0))
     return torch.where(params.temperature == 0, logits.argmax(-1), drawn)

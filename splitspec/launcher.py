@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -112,6 +113,7 @@ class LocalStack:
         self.host = host
         self.tls, self.api_key = tls, api_key  # what our own checks of the services present
         self.log_dir = log_dir
+        self._launched_at = time.monotonic()
         draft_args = draft_args or []
         target_port, router_port, *draft_ports = free_ports(2 + len(draft_args), host)
         self.drafts = [
@@ -162,12 +164,34 @@ class LocalStack:
             service.tls = self.tls
         return services
 
-    def start(self, timeout_s: float = 600.0) -> LocalStack:
+    def start(
+        self, timeout_s: float = 600.0, on_ready: Callable[[str, float], None] | None = None
+    ) -> LocalStack:
+        """Starts every service and waits until all are healthy; ``on_ready(name, seconds)``
+        hears of each as it turns healthy."""
+        self.launch()
+        return self.wait_ready(timeout_s, on_ready)
+
+    def launch(self) -> None:
+        """Spawns every service without waiting. Call it from a thread that outlives the stack:
+        the services' parent-death signal fires when the spawning *thread* exits."""
+        self._launched_at = time.monotonic()
         try:
             for service in self.services():
                 service.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(
+        self, timeout_s: float = 600.0, on_ready: Callable[[str, float], None] | None = None
+    ) -> LocalStack:
+        """Waits for the launched services (stopping them all if one fails)."""
+        try:
             for service in self.services():
                 service.wait_healthy(timeout_s)
+                if on_ready is not None:
+                    on_ready(service.name, time.monotonic() - self._launched_at)
             if self.drafts:
                 self.wait_drafts_serving(timeout_s)
         except BaseException:

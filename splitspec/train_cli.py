@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from splitspec.paths import default_cache_dir
+from plumbing.paths import default_cache_dir
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -24,6 +24,9 @@ class TargetConfig:
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     prepack_weights: bool = True  # CPU fp32: prepacked weights for few-row (verify) steps
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
+    cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
+    fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
+    graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -13,6 +13,7 @@ from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample
 from target_service.config import TargetConfig
 from target_service.errors import InvalidStep, UnknownRequest
+from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.request_table import RequestState, RequestTable, SamplingSpec
 from target_service.tree_batch import check_tree, pad_trees
 from target_service.verify import TreeBatch, run_verify
@@ -81,6 +82,7 @@ class TargetEngine:
         self.pools = SlotPools(model.config, config.num_slots, self.dtype, self.device)
         width = self.max_context + config.max_lookahead
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
+        self.graphs: DecodeGraphRunner | None = None
 
     # ---- public API -------------------------------------------------------------------
 
@@ -89,8 +91,15 @@ class TargetEngine:
         states = self._admit(items)
         batch = self._device_batch(items, states)
         with torch.inference_mode():
-            next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
+            if self._fits_decode_graphs(items, batch):
+                next_ids = self._run_decode_graph(batch, states)
+            else:
+                next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
         return StepResult(next_ids, (time.perf_counter() - started) * 1e3)
+
+    def attach_graphs(self, runner: DecodeGraphRunner) -> None:
+        """Decode steps that fit ``runner``'s buckets replay its graphs from now on."""
+        self.graphs = runner
 
     def verify(self, items: list[VerifyItem]) -> tuple[list[VerifyResult], float]:
         started = time.perf_counter()
@@ -260,6 +269,27 @@ class TargetEngine:
         logits = self.model.logits(hidden[batch.sample_index])
         params = self._sampling_tensors(sampled, batch.positions[batch.sample_index] + 1)
         return sample(logits, params).tolist()  # the step's one device->host sync
+
+    def _fits_decode_graphs(self, items: list[StepItem], batch: DeviceBatch) -> bool:
+        return (
+            self.graphs is not None
+            and batch.max_new == 1
+            and all(it.sample for it in items)
+            and self.graphs.can_run(len(items), batch.max_context)
+        )
+
+    def _run_decode_graph(self, batch: DeviceBatch, states: list[RequestState]) -> list[int]:
+        assert self.graphs is not None
+        slots = self.table.slots
+        step = DecodeInputs(
+            input_ids=batch.input_ids,
+            positions=batch.positions,
+            write_slots=slots[batch.rows, batch.positions],
+            key_slots=slots[batch.rows, : batch.max_context],
+            sampling=self._sampling_tensors(states, batch.positions + 1),
+            greedy=all(s.sampling.temperature == 0 for s in states),
+        )
+        return self.graphs.run(step).tolist()  # the step's one device->host sync
 
     def _sampling_tensors(
         self, states: list[RequestState], positions: torch.Tensor

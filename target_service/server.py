@@ -11,16 +11,19 @@ import grpc
 import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
+from model_runtime.fused import use_fused_kernels
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
+from plumbing.once import CacheWriteError
+from plumbing.paths import default_cache_dir
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.paths import default_cache_dir
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
+from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
 
 log = logging.getLogger("splitspec.target")
@@ -65,6 +68,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(kernels/few_row_linear.cpp), which is built on first use",
     )
 
+    parser.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="CUDA: run decode steps eagerly instead of replaying captured graphs",
+    )
+    parser.add_argument(
+        "--no-fused-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
+    )
+    parser.add_argument(
+        "--graph-batch-sizes",
+        type=_positive_ints,
+        default=(1, 2, 4, 8, 16, 32),
+        help="CUDA: batch buckets of the decode graphs, comma-separated (default 1,2,4,8,16,32)",
+    )
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive, got {text!r}")
+    return values
+
 
 def config_from_args(args: argparse.Namespace) -> TargetConfig:
     return TargetConfig(
@@ -81,6 +115,9 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         num_threads=args.threads,
         prepack_weights=args.prepack,
         few_row_kernel=args.few_row_kernel,
+        cuda_graphs=args.cuda_graphs,
+        fused_kernels=args.fused_kernels,
+        graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
 
@@ -93,7 +130,20 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         packed, packer = prepack_linears(model, config.cache_dir, config.few_row_kernel)
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
-    return TargetEngine(config, model)
+    engine = TargetEngine(config, model)
+    if config.device.startswith("cuda"):
+        # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
+        # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        if config.fused_kernels and not use_fused_kernels(True):
+            log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
+        if config.cuda_graphs:
+            runner = DecodeGraphRunner(
+                model, engine.pools, engine.max_context, config.graph_batch_sizes
+            )
+            runner.capture_all()
+            engine.attach_graphs(runner)
+    return engine
 
 
 def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
@@ -140,4 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     add_server_tls_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
-    serve(config_from_args(args), server_tls_from_args(args))
+    config = config_from_args(args)
+    try:
+        serve(config, server_tls_from_args(args))
+    except CacheWriteError as err:
+        log.error("%s", err)  # one clear line instead of a traceback from a writer deep down
+        raise SystemExit(2) from None

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels import tree_ops
 from model_runtime.attention import build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
-from target_service.tree import Acceptance, compact_accepted, greedy_accept, tree_attention_mask
+from target_service.tree import Acceptance, greedy_accept
 from target_service.tree_sampling import tree_rejection_sample
 
 # Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
@@ -55,11 +56,11 @@ def run_verify(
     greedy: torch.Tensor,
     want_hidden: bool,
 ) -> VerifyOutput:
-    layout = tree_attention_mask(trees.parents, trees.valid)
+    mask = tree_ops.tree_mask_and_positions(trees.parents, trees.valid, trees.start_pos)
+    layout, positions = mask.layout(), mask.positions
     num_req, num_nodes = trees.tokens.shape
     node_ids = torch.arange(num_nodes, device=trees.tokens.device)
     node_slots = slot_table[trees.rows[:, None], trees.start_pos[:, None] + node_ids]  # [B, N]
-    positions = trees.start_pos[:, None] + layout.depths
     real = trees.valid.flatten()
     write_slots = node_slots.flatten()[real]
     key_len = int((trees.start_pos + trees.num_nodes).max())
@@ -82,7 +83,7 @@ def run_verify(
         logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
         logits[real] = model.logits(hidden)
     accepted = _accept(trees, layout, logits.view(num_req, num_nodes, -1), params, greedy)
-    compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
+    tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
     return _read_back(trees, accepted, rows)
 
@@ -90,7 +91,7 @@ def run_verify(
 def _accept(
     trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors, greedy: torch.Tensor
 ) -> Acceptance:
-    by_argmax = greedy_accept(trees.tokens, trees.parents, trees.valid, logits.argmax(-1), layout)
+    by_argmax = _greedy(trees, logits.argmax(-1), layout)
     if bool(greedy.all()):  # known on the host already: no device sync
         return by_argmax
     num_req, num_nodes, vocab = logits.shape
@@ -116,6 +117,12 @@ def _accept(
             for a, b in zip(by_argmax, sampled, strict=True)
         )
     )
+
+
+def _greedy(trees: TreeBatch, target_next: torch.Tensor, layout) -> Acceptance:
+    if target_next.is_cuda:  # one Triton launch (tree_ops); it builds what it needs itself
+        return tree_ops.greedy_accept_path(trees.tokens, trees.parents, trees.valid, target_next)
+    return greedy_accept(trees.tokens, trees.parents, trees.valid, target_next, layout)
 
 
 def _read_back(

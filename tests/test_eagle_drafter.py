@@ -242,7 +242,7 @@ def test_full_pool_refuses_without_changes(head: EagleHead) -> None:
 def test_smollm2_random_head_proposes_valid_trees() -> None:
     from draft_service.eagle.head import random_head
     from model_runtime.loading import default_model_path, resolve_checkpoint
-    from splitspec.paths import default_cache_dir
+    from plumbing.paths import default_cache_dir
 
     checkpoint = resolve_checkpoint(default_model_path(), default_cache_dir())
     head = random_head(checkpoint, seed=0)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -111,13 +108,12 @@ def test_mkl_packing_stays_available() -> None:
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
 
 
-def test_a_stale_build_lock_is_dropped_and_a_fresh_one_kept(tmp_path) -> None:
-    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
-    stale.touch()
-    fresh.touch()
-    old = time.time() - few_row_linear.STALE_LOCK_S - 60
-    os.utime(stale, (old, old))
-    few_row_linear._drop_stale_lock(stale)
-    few_row_linear._drop_stale_lock(fresh)
-    few_row_linear._drop_stale_lock(tmp_path / "missing")
-    assert not stale.exists() and fresh.exists()
+def test_the_published_module_imports_without_a_compiler(kernel) -> None:
+    """Processes that did not build the kernel import the .so that the builder published."""
+    from plumbing.paths import default_cache_dir
+
+    module = few_row_linear._import_built(few_row_linear.build_folder(default_cache_dir()))
+    weight, x = torch.randn(32, 24), torch.randn(5, 24)
+    torch.testing.assert_close(
+        module.linear(x, module.pack(weight)), few_row_linear.reference(x, weight)
+    )

@@ -53,3 +53,9 @@ def test_auto_dtype_follows_native_bf16(tmp_path: Path) -> None:
     assert resolve_dtype("bf16", "cpu") == "bfloat16"
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int3", "cpu")
+
+
+def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
+    assert draft_method(serve_args("--device", "cuda")) == "off"
+    assert draft_method(serve_args("--device", "cuda:1")) == "off"
+    assert draft_method(serve_args("--device", "cuda", "--draft-method", "eagle")) == "eagle"

@@ -1,0 +1,189 @@
+"""GPU benchmark: the whole stack against HF transformers on the same prompts, in one run.
+
+  python -m benchmarks.bench_gpu --prompts PROMPTS.json [--out benchmarks/results/gpu.json]
+
+PROMPTS.json holds {"sharegpt_heldout": [...], "humaneval": [...]} (write it on a machine with
+the data wheels: `python -m benchmarks.bench_gpu --write-prompts PROMPTS.json`). Phases:
+target-only tok/s through router + target processes (public gRPC) at batch 1, 8 and 32, with
+and without the target's CUDA graphs; HF eager and HF with a static cache and one CUDA graph per
+decode step, batch 1; speculation (EAGLE) against target-only with outputs compared, in fp32
+and bf16, the target's top-two logit gap at each first difference; in-process step times of
+the default model and of a Llama-3.1-8B shape against the HBM floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import git_commit, run_concurrent, utc_now
+from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
+from splitspec.client import Client, build_request
+from splitspec.launcher import LocalStack
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
+
+
+def stack(dtype: str, drafter: bool, graphs: bool = True) -> LocalStack:
+    target = ["--device", "cuda", "--dtype", dtype] + ([] if graphs else ["--no-cuda-graphs"])
+    drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
+    log_dir = Path(f"/tmp/bench-gpu-{dtype}-{int(drafter)}-{int(graphs)}")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return LocalStack(target, [], log_dir=log_dir, draft_args=drafts)  # started by `with`
+
+
+def chat_ids(prompts: list[str]) -> list[list[int]]:
+    """The router's own chat template, applied here so that every engine gets the same ids."""
+    from model_runtime.loading import default_model_path
+    from router.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_model_path(str(default_model_path()))
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}]) for p in prompts]
+
+
+def greedy_requests(prompts: list[list[int]], max_new: int, speculate: bool | None) -> list:
+    requests = [build_request("", False, max_new, 0.0, speculate=speculate) for _ in prompts]
+    for request, ids in zip(requests, prompts, strict=True):
+        request.input_ids.ids.extend(ids)
+        request.sampling.ignore_eos = True  # every stream runs its whole length: comparable
+    return requests
+
+
+def throughput(
+    client: Client, prompts: list[list[int]], batch: int, max_new: int, spec=None
+) -> dict:
+    """Closed groups of ``batch`` concurrent streams; tok/s over all groups' wall time."""
+    tokens, wall, outputs = 0, 0.0, []
+    for start in range(0, len(prompts), batch):
+        group = greedy_requests(prompts[start : start + batch], max_new, spec)
+        began = time.perf_counter()
+        timings = run_concurrent(client, group)
+        wall += time.perf_counter() - began
+        tokens += sum(t.num_tokens for t in timings)
+        outputs += [t.token_ids for t in timings]
+    return {"batch": batch, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}, outputs
+
+
+def target_only_phase(prompts: list[list[int]], max_new: int, batches: list[int]) -> list[dict]:
+    rows = []
+    for graphs in (True, False):
+        with stack("bfloat16", drafter=False, graphs=graphs) as s:
+            client = Client(s.router_address)
+            throughput(client, prompts[:2], 1, 16)  # warm-up
+            for batch in batches if graphs else [1]:
+                count = batch if batch > 1 else (8 if graphs else 2)  # eager is slow: 2 prompts
+                row, _ = throughput(client, prompts[:count], batch, max_new)
+                rows.append({"graphs": graphs, **row})
+                print(f"target-only graphs={graphs} batch {batch}: {row['tok_s']:.1f} tok/s")
+            client.close()
+    return rows
+
+
+def speculation_phase(prompts: list[list[int]], max_new: int, dtype: str, model_dir: Path) -> dict:
+    with stack(dtype, drafter=True) as s:
+        client = Client(s.router_address)
+        throughput(client, prompts[:2], 1, 16, True)
+        spec, spec_out = throughput(client, prompts, 1, max_new, True)
+        plain, plain_out = throughput(client, prompts, 1, max_new, False)
+        client.close()
+    differences = []
+    for i, (a, b) in enumerate(zip(spec_out, plain_out, strict=True)):
+        if a != b:
+            first = next(j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+            gap = top2_gap(model_dir, dtype, prompts[i], b[:first])
+            differences.append({"prompt": i, "first_difference": first, "top2_gap": gap})
+    print(f"{dtype}: spec {spec['tok_s']:.1f} vs {plain['tok_s']:.1f} tok/s, "
+          f"{len(differences)} of {len(prompts)} outputs differ")  # fmt: skip
+    return {
+        "dtype": dtype,
+        "speculative": spec,
+        "target_only": plain,
+        "ratio": spec["tok_s"] / plain["tok_s"],
+        "num_prompts": len(prompts),
+        "num_equal": len(prompts) - len(differences),
+        "differences": differences,
+    }
+
+
+def steps_phase() -> list[dict]:
+    import torch
+
+    from benchmarks.gpu_steps import cudnn_pathology, shape_report
+
+    return [
+        {"cudnn_pathology": cudnn_pathology()},
+        shape_report("smollm2-135m", torch.bfloat16, 256, [1, 8, 32]),
+        shape_report("llama-8b", torch.bfloat16, 1024, [1]),
+    ]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    texts = json.loads(args.prompts.read_text())["sharegpt_heldout"]
+    prompts = chat_ids(texts)
+    from model_runtime.loading import default_model_path
+
+    gguf = default_model_path()
+    report: dict[str, Any] = {"date": utc_now(), "commit": git_commit(), "gpu": _gpu_name()}
+    phases = [
+        ("steps", steps_phase),
+        ("target_only", lambda: target_only_phase(prompts, args.max_new_tokens, args.batches)),
+        ("hf_eager", lambda: hf_eager_tok_s(gguf, prompts[:4], args.max_new_tokens)),
+        ("hf_static_graph", lambda: hf_graph_tok_s(gguf, prompts[:8], args.max_new_tokens)),
+        ("spec_fp32", lambda: speculation_phase(prompts[:4], args.max_new_tokens, "float32", gguf)),
+        ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
+                                                "bfloat16", gguf)),
+    ]  # fmt: skip
+    for name, phase in phases:
+        if args.only and name not in args.only:
+            continue
+        started = time.monotonic()
+        try:
+            report[name] = phase()
+        except Exception as err:  # one failed phase must not lose the others' figures
+            report[name] = {"error": f"{type(err).__name__}: {err}"}
+            print(f"{name} failed: {err}", file=sys.stderr)
+        report[f"{name}_s"] = round(time.monotonic() - started, 1)
+        args.out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+
+
+def write_prompts(path: Path) -> None:
+    from benchmarks.bench_speculative import humaneval, sharegpt_heldout
+
+    path.write_text(
+        json.dumps({"sharegpt_heldout": sharegpt_heldout(64), "humaneval": humaneval(20)})
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--prompts", type=Path)
+    parser.add_argument("--write-prompts", type=Path)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--num-bf16", type=int, default=20, help="prompts of the bf16 check")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
+    args = parser.parse_args(argv)
+    if args.write_prompts:
+        write_prompts(args.write_prompts)
+        return 0
+    report = run(args)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

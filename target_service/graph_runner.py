@@ -1,0 +1,243 @@
+"""Decode steps with fixed shapes, replayed from CUDA graphs (eager with the same code on CPU).
+
+A decode step (one new token per request) runs over static buffers sized for the largest
+bucket: B requests padded up to a batch bucket, each request's keys padded up to a context
+bucket K. Padded requests write their KV and hidden row to the dummy slot and see only key 0;
+padded keys point at the dummy slot and are masked, so no padded row can read or touch a live
+slot. One graph is captured per (batch bucket, context bucket, greedy or sampled), largest first
+into one shared memory pool. The engine asks ``can_run`` and falls back to its eager step for
+anything else (prefill chunks, mixed steps, shapes past the largest bucket).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.attention import AttentionMetadata
+from model_runtime.llama import LlamaForCausalLM
+from model_runtime.pools import SlotPools
+from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
+
+log = logging.getLogger("splitspec.target")
+
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+MIN_CONTEXT_BUCKET = 256
+
+
+def context_buckets(max_context: int) -> tuple[int, ...]:
+    """Powers of two from MIN_CONTEXT_BUCKET up to (and including) one >= max_context."""
+    buckets = [MIN_CONTEXT_BUCKET]
+    while buckets[-1] < max_context:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
+    return next((b for b in buckets if b >= size), None)
+
+
+@dataclass
+class DecodeBuffers:
+    """Static inputs and outputs of a decode step, sized [max_batch] / [max_batch, max_keys]."""
+
+    input_ids: torch.Tensor  # long
+    positions: torch.Tensor  # long: the new token's position (= context length before it)
+    write_slots: torch.Tensor  # long: its KV slot; the dummy slot for padded rows
+    key_slots: torch.Tensor  # long [B, K]: context slots, the dummy slot past each context
+    allowed: torch.Tensor  # bool [B, 1, 1, K]
+    rows: torch.Tensor  # long [B]: arange, the query/token index of each row
+    temperature: torch.Tensor  # float32
+    top_p: torch.Tensor  # float32
+    top_k: torch.Tensor  # long
+    seed: torch.Tensor  # long
+    next_ids: torch.Tensor  # long: output
+
+    @staticmethod
+    def allocate(max_batch: int, max_keys: int, device: torch.device) -> DecodeBuffers:
+        def longs(*shape: int) -> torch.Tensor:
+            return torch.zeros(shape, dtype=torch.long, device=device)
+
+        return DecodeBuffers(
+            input_ids=longs(max_batch),
+            positions=longs(max_batch),
+            write_slots=longs(max_batch),
+            key_slots=longs(max_batch, max_keys),
+            allowed=torch.zeros((max_batch, 1, 1, max_keys), dtype=torch.bool, device=device),
+            rows=torch.arange(max_batch, device=device),
+            temperature=torch.zeros(max_batch, device=device),
+            top_p=torch.ones(max_batch, device=device),
+            top_k=longs(max_batch),
+            seed=longs(max_batch),
+            next_ids=longs(max_batch),
+        )
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """One decode step on the device, unpadded: R requests."""
+
+    input_ids: torch.Tensor  # [R]
+    positions: torch.Tensor  # [R]
+    write_slots: torch.Tensor  # [R]
+    key_slots: torch.Tensor  # [R, C] with C >= max(positions) + 1 (slot-table columns)
+    sampling: SamplingTensors  # [R]
+    greedy: bool  # known on the host: every request is greedy
+
+
+class DecodeGraphRunner:
+    """Owns the static decode buffers and the captured graphs of one engine."""
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        pools: SlotPools,
+        max_context: int,
+        batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
+        use_graphs: bool = True,
+    ) -> None:
+        self.model = model
+        self.pools = pools
+        self.device = pools.hidden.device
+        self.batch_buckets = tuple(sorted(batch_buckets))
+        self.context_buckets = context_buckets(max_context)
+        self.use_graphs = use_graphs and self.device.type == "cuda"
+        self.buffers = DecodeBuffers.allocate(
+            self.batch_buckets[-1], self.context_buckets[-1], self.device
+        )
+        self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
+        self._reset_padding(0, self.batch_buckets[-1])
+
+    def can_run(self, num_requests: int, max_positions: int) -> bool:
+        return (
+            bucket_for(num_requests, self.batch_buckets) is not None
+            and bucket_for(max_positions, self.context_buckets) is not None
+        )
+
+    def capture_all(self) -> None:
+        """Captures every bucket, largest first (so smaller graphs reuse its pool memory)."""
+        if not self.use_graphs:
+            return
+        started = time.monotonic()
+        free_before = torch.cuda.mem_get_info(self.device)[0]
+        pool = torch.cuda.graph_pool_handle()
+        shapes = [
+            (b, k, greedy)
+            for b in reversed(self.batch_buckets)
+            for k in reversed(self.context_buckets)
+            for greedy in (True, False)
+        ]
+        with torch.inference_mode():
+            for shape in _progress(shapes, "capturing decode graphs"):
+                self.graphs[shape] = self._capture(*shape, pool)
+        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
+        log.info(
+            "captured %d decode graphs in %.1f s (%.0f MiB): batch %s x context %s",
+            len(self.graphs),
+            time.monotonic() - started,
+            used,
+            self.batch_buckets,
+            self.context_buckets,
+        )
+
+    def run(self, step: DecodeInputs) -> torch.Tensor:
+        """Next token ids [R] on the device (the caller makes the one host copy)."""
+        num_req = step.input_ids.shape[0]
+        batch = bucket_for(num_req, self.batch_buckets)
+        keys = bucket_for(int(step.key_slots.shape[1]), self.context_buckets)
+        assert batch is not None and keys is not None, "check can_run first"
+        self._load(step, batch, keys)
+        graph = self.graphs.get((batch, keys, step.greedy))
+        if graph is not None:
+            graph.replay()
+        else:
+            self._body(batch, keys, step.greedy)
+        return self.buffers.next_ids[:num_req].clone()
+
+    # ---- the fixed-shape step ---------------------------------------------------------
+
+    def _body(self, batch: int, keys: int, greedy: bool) -> None:
+        buf = self.buffers
+        write_slots = buf.write_slots[:batch]
+        meta = AttentionMetadata(
+            write_slots=write_slots,
+            query_index=buf.rows[:batch, None],
+            key_slots=buf.key_slots[:batch, :keys],
+            allowed=buf.allowed[:batch, :, :, :keys],
+            token_rows=buf.rows[:batch],
+        )
+        positions = buf.positions[:batch]
+        hidden = self.model(buf.input_ids[:batch], positions, (self.pools.k, self.pools.v), meta)
+        self.pools.hidden.index_copy_(0, write_slots, hidden)
+        logits = self.model.logits(hidden)
+        if greedy:
+            buf.next_ids[:batch].copy_(logits.argmax(-1))
+            return
+        params = SamplingTensors(
+            buf.temperature[:batch],
+            buf.top_p[:batch],
+            buf.top_k[:batch],
+            buf.seed[:batch],
+            positions + 1,
+        )
+        buf.next_ids[:batch].copy_(sample_greedy_or_drawn(logits, params))
+
+    def _load(self, step: DecodeInputs, batch: int, keys: int) -> None:
+        buf, num_req = self.buffers, step.input_ids.shape[0]
+        width = min(int(step.key_slots.shape[1]), keys)
+        self._reset_padding(num_req, batch)  # rows a larger earlier step left behind
+        buf.input_ids[:num_req].copy_(step.input_ids)
+        buf.positions[:num_req].copy_(step.positions)
+        buf.write_slots[:num_req].copy_(step.write_slots)
+        key_index = torch.arange(keys, device=self.device)
+        visible = key_index[None, :] <= step.positions[:, None]  # [R, K]: the context + itself
+        buf.allowed[:num_req, 0, 0, :keys].copy_(visible)
+        context = buf.key_slots[:num_req, :keys]
+        context.fill_(self.pools.dummy_slot)
+        context[:, :width].copy_(step.key_slots[:, :width])
+        context.masked_fill_(~visible, self.pools.dummy_slot)  # stale table columns never read
+        s = step.sampling
+        for dst, src in (
+            (buf.temperature, s.temperature),
+            (buf.top_p, s.top_p),
+            (buf.top_k, s.top_k),
+            (buf.seed, s.seed),
+        ):
+            dst[:num_req].copy_(src)
+
+    def _reset_padding(self, start: int, end: int) -> None:
+        """Rows [start, end) to the padding state: the dummy slot, key 0 only, greedy."""
+        if start >= end:
+            return
+        buf, dummy, rows = self.buffers, self.pools.dummy_slot, slice(start, end)
+        buf.input_ids[rows].zero_()
+        buf.positions[rows].zero_()
+        buf.write_slots[rows].fill_(dummy)
+        buf.key_slots[rows].fill_(dummy)
+        buf.allowed[rows].zero_()
+        buf.allowed[rows, :, :, 0] = True
+        buf.temperature[rows].zero_()
+        buf.top_p[rows].fill_(1.0)
+        buf.top_k[rows].zero_()
+
+    def _capture(self, batch: int, keys: int, greedy: bool, pool) -> torch.cuda.CUDAGraph:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._body(batch, keys, greedy)  # warm-up: lazy inits happen outside capture
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            self._body(batch, keys, greedy)
+        return graph
+
+
+def _progress(items: list, description: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is a dependency; stay quiet rather than fail without it
+        return items
+    return tqdm(items, desc=description, unit="graph", leave=False)
