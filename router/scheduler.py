@@ -16,6 +16,7 @@ import grpc
 
 from protos import generation_pb2 as pb
 from protos import target_pb2
+from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.kv_manager import KVManager
@@ -107,6 +108,7 @@ class Scheduler:
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
+        telemetry.target_replies(forward_reply, verify_reply)
         done = self._commit_plain(
             plain, list(forward_reply.next_token_ids) if forward_reply else []
         )
@@ -190,6 +192,7 @@ class Scheduler:
         done: list[Request] = []
         for (req, _), item, result in zip(verify, items, results, strict=True):
             self.spec.after_verify(req, result, len(item.token_ids))
+            telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
             req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
             if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
                 done.append(req)
@@ -197,8 +200,10 @@ class Scheduler:
 
     def _emit(self, req: Request, committed: Committed) -> bool:
         """Streams a committed block; returns True when it ends the request."""
-        req.first_token = req.first_token or time.perf_counter()
+        now = time.perf_counter()
+        req.first_token = req.first_token or now
         req.output_ids += committed.token_ids
+        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         item = pb.GenerateResponse(
             request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
         )
@@ -235,6 +240,7 @@ class Scheduler:
         self.counters.record_finish(
             len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
         )
+        telemetry.observer().request_finished(req, reason, now)
 
     # ---- endings ------------------------------------------------------------------------------
 

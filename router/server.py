@@ -15,6 +15,7 @@ from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router.config import RouterConfig
 from router.draft_pool import DraftPool
+from router.http_server import add_http_arguments, start_http
 from router.kv_manager import KVManager
 from router.radix_cache import RadixCache
 from router.scheduler import Scheduler
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-timeout", type=float, default=10.0)
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")
+    add_http_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
@@ -93,6 +95,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
         max_speculative_batch=args.max_speculative_batch,
+        http_port=args.http_port,
+        served_model_name=args.served_model_name,
     )
 
 
@@ -168,9 +172,8 @@ async def serve(config: RouterConfig) -> None:
         config.default_max_new_tokens,
     )
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    generation_pb2_grpc.add_GenerationServicer_to_server(
-        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server
-    )
+    servicer = GenerationServicer(scheduler, limits, model_info(info, tokenizer, config))
+    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     await add_health_and_reflection_aio(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
     if server.add_insecure_port(address) == 0:
@@ -183,6 +186,8 @@ async def serve(config: RouterConfig) -> None:
         asyncio.create_task(scheduler.run()),
         asyncio.create_task(pool.probe_forever()),
         asyncio.create_task(server.wait_for_termination()),
+        *start_http(servicer, config.host, config.http_port,
+                    config.served_model_name or info.model_name),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:

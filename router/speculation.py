@@ -15,6 +15,7 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from protos import draft_pb2, target_pb2
+from router import telemetry
 from router.draft_pool import DraftPool, DraftReplica
 from router.kv_manager import KVManager
 from router.request import Request
@@ -93,7 +94,7 @@ class Speculation:
                 retry=retry_if_exception(_transient),
                 reraise=True,
             ):
-                with attempt:
+                with attempt, telemetry.draft_timer(replica.address, "Propose"):
                     reply = await replica.stub.Propose(request, timeout=self.pool.timeout_s)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
@@ -123,6 +124,7 @@ class Speculation:
         )
 
     def _lose_replica(self, replica: DraftReplica, reason: str) -> None:
+        telemetry.observer().draft_failure(replica.address, reason)
         self.pool.mark_failed(replica, reason)
 
     # ---- verifying ------------------------------------------------------------------------
@@ -197,9 +199,10 @@ class Speculation:
         if replica is None:
             return
         try:
-            await replica.stub.Ingest(
-                self._ingest_chunks(req, replica), timeout=self.pool.timeout_s
-            )
+            with telemetry.draft_timer(replica.address, "Ingest"):
+                await replica.stub.Ingest(
+                    self._ingest_chunks(req, replica), timeout=self.pool.timeout_s
+                )
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 log.error(
