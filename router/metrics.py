@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -19,6 +19,7 @@ from protos import generation_pb2 as pb
 from router import telemetry
 
 P = "splitspec:"
+disable_created_metrics()  # no *_created samples: as vLLM does, they only clutter scrapes
 MAX_POSITIONS = 16  # acceptance by position: deeper positions are counted in the last one
 FINISHED: dict[int, str] = {
     pb.FINISH_REASON_STOP: "stop",
