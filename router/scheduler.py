@@ -169,7 +169,8 @@ class Scheduler:
             o = req.options
             item.sampling.CopyFrom(
                 target_pb2.SamplingConfig(
-                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed
+                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
+                    presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
                 )
             )
         req.num_sent_slots = len(req.slots)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.helpers.eco_stack import EcoStack, eco_stack  # noqa: F401 (fixture)
+from tests.helpers.eco_stack import EcoStack
 from tests.helpers.rpc import assert_slots_accounted
 
 pytestmark = pytest.mark.slow
@@ -41,10 +41,11 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"stop": 7}, 400, "stop"),
         ({"logprobs": True}, 400, "logprobs"),
         ({"temperature": -1}, 400, None),  # refused by the router's own validation
+        ({"presence_penalty": 2.5}, 400, None),
         ({"max_tokens": 10**9}, 400, None),  # over --max-new-tokens-limit
     ],
 )
-def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param) -> None:  # noqa: F811
+def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param) -> None:
     got_status, body = eco_stack.post("/v1/chat/completions", chat_body(eco_stack, **extra))
     assert_error(got_status, body, status, param)
     if status == 404:
@@ -52,20 +53,20 @@ def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param)
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe"])
-def test_malformed_bodies(eco_stack: EcoStack, raw: bytes) -> None:  # noqa: F811
+def test_malformed_bodies(eco_stack: EcoStack, raw: bytes) -> None:
     status, body = eco_stack.post("/v1/completions", raw)
     assert_error(status, body, 400)
     assert body["error"]["type"] == "invalid_request_error"
 
 
-def test_unknown_path_and_bad_prompt(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_unknown_path_and_bad_prompt(eco_stack: EcoStack) -> None:
     status, raw = eco_stack.get("/v1/engines")
     assert_error(status, json.loads(raw), 404)
     body = {"model": eco_stack.model_name, "prompt": ["a", "b"], "max_tokens": 2}
     assert_error(*eco_stack.post("/v1/completions", body), 400, "prompt")
 
 
-def test_still_serving_after_bad_input(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_still_serving_after_bad_input(eco_stack: EcoStack) -> None:
     status, body = eco_stack.post("/v1/chat/completions", chat_body(eco_stack))
     assert status == 200, body
     assert body["usage"]["completion_tokens"] >= 1
@@ -74,7 +75,7 @@ def test_still_serving_after_bad_input(eco_stack: EcoStack) -> None:  # noqa: F8
     assert_slots_accounted(eco_stack.router.wait_idle())
 
 
-def test_client_leaving_a_stream_frees_its_request(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_client_leaving_a_stream_frees_its_request(eco_stack: EcoStack) -> None:
     before = eco_stack.router.status().num_generated_tokens
     host, port = eco_stack.stack.http_address.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from protos import generation_pb2 as pb
-from tests.helpers.eco_stack import EcoStack, eco_stack  # noqa: F401 (fixture)
+from tests.helpers.eco_stack import EcoStack
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 24
@@ -16,7 +16,7 @@ PROMPT = "The three primary colours are"
 
 
 @pytest.fixture(scope="module")
-def client(eco_stack: EcoStack) -> openai.OpenAI:  # noqa: F811
+def client(eco_stack: EcoStack) -> openai.OpenAI:
     return openai.OpenAI(base_url=eco_stack.base_url + "/v1", api_key="unused", max_retries=0,
                          timeout=120.0)
 
@@ -42,13 +42,13 @@ def grpc_reply(eco: EcoStack, messages=None, text=None, **sampling) -> pb.Genera
     return final
 
 
-def test_models_lists_the_served_model(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_models_lists_the_served_model(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     models = client.models.list().data
     assert [m.id for m in models] == [eco_stack.model_name]
     assert eco_stack.model_name == eco_stack.router.model_info().model_name
 
 
-def test_chat_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_chat_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     reply = client.chat.completions.create(
         model=eco_stack.model_name, messages=CHAT, max_tokens=MAX_TOKENS, temperature=0
     )
@@ -64,7 +64,7 @@ def test_chat_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> 
     assert spec["verify_steps"] > 0 and spec["draft_tokens"] >= spec["accepted_tokens"]
 
 
-def test_completion_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_completion_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     reply = client.completions.create(
         model=eco_stack.model_name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0
     )
@@ -74,7 +74,7 @@ def test_completion_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStac
     assert reply.usage.completion_tokens == expected.usage.completion_tokens
 
 
-def test_chat_stream_with_usage(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_chat_stream_with_usage(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     chunks = list(client.chat.completions.create(
         model=eco_stack.model_name, messages=CHAT, max_tokens=MAX_TOKENS, temperature=0,
         stream=True, stream_options={"include_usage": True},
@@ -93,7 +93,7 @@ def test_chat_stream_with_usage(client: openai.OpenAI, eco_stack: EcoStack) -> N
     assert len({c.id for c in chunks}) == 1 and last.object == "chat.completion.chunk"
 
 
-def test_completion_stream_without_usage(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_completion_stream_without_usage(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     chunks = list(client.completions.create(
         model=eco_stack.model_name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
         stream=True,
@@ -103,7 +103,7 @@ def test_completion_stream_without_usage(client: openai.OpenAI, eco_stack: EcoSt
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
-def test_stop_seed_and_sampling_match_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:  # noqa: F811
+def test_stop_seed_and_sampling_match_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     sampled = dict(temperature=0.9, top_p=0.95, seed=1234)
     replies = [
         client.completions.create(

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from protos import generation_pb2 as pb
-from tests.helpers.eco_stack import EcoStack, eco_stack  # noqa: F401 (fixture)
+from tests.helpers.eco_stack import EcoStack
 
 pytestmark = pytest.mark.slow
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "splitspec.json"
@@ -65,7 +65,7 @@ def workload(eco: EcoStack) -> list[dict]:
     return usages
 
 
-def test_counters_equal_the_workload(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_counters_equal_the_workload(eco_stack: EcoStack) -> None:
     eco_stack.router.wait_idle()
     before = scrape(eco_stack)
     usages = workload(eco_stack)
@@ -102,7 +102,7 @@ def test_counters_equal_the_workload(eco_stack: EcoStack) -> None:  # noqa: F811
     assert any('"Propose"' in k for k in propose), propose
 
 
-def test_dashboard_queries_name_exported_metrics(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_dashboard_queries_name_exported_metrics(eco_stack: EcoStack) -> None:
     status, raw = eco_stack.get("/metrics")
     # Family names: a labelled counter that never counted (no replica failed) has no samples.
     exported = {f.name for f in text_string_to_metric_families(raw.decode())}

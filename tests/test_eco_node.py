@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from protos import generation_pb2 as pb
-from tests.helpers.eco_stack import EcoStack, eco_stack  # noqa: F401 (fixture)
+from tests.helpers.eco_stack import EcoStack
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def grpc_text(eco: EcoStack) -> tuple[str, int]:
 
 @pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None,
                     reason="node and npm are not installed on this machine")
-def test_node_client_streams_a_generation(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_node_client_streams_a_generation(eco_stack: EcoStack) -> None:
     node_dir = npm_installed()
     result = subprocess.run(
         ["node", "generate.js", "--address", eco_stack.stack.router_address, "--max-tokens",
@@ -61,7 +61,7 @@ def test_node_client_streams_a_generation(eco_stack: EcoStack) -> None:  # noqa:
     assert sum(len(i["token_ids"]) for i in items) == MAX_TOKENS
 
 
-def test_reflection_example_lists_and_calls_the_api(eco_stack: EcoStack) -> None:  # noqa: F811
+def test_reflection_example_lists_and_calls_the_api(eco_stack: EcoStack) -> None:
     script = REPO / "clients" / "shell" / "generate.sh"
     env = {**os.environ, "PYTHON": sys.executable, "SPLITSPEC_NO_GRPCURL": "1"}
     result = subprocess.run(

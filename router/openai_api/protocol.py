@@ -1,7 +1,7 @@
 """OpenAI request bodies turned into the router's own GenerateRequest.
 
-Only what the server can honour is accepted; a parameter it cannot (n > 1, logprobs, tools,
-penalties it does not apply) is refused with a 400 naming the parameter, never ignored.
+Only what the server can honour is accepted; a parameter it cannot (n > 1, logprobs, tools)
+is refused with a 400 naming the parameter, never ignored.
 Values are then validated by the same code as the gRPC API (router.validation).
 """
 
@@ -98,10 +98,6 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     best_of = body.get("best_of")
     if best_of not in (None, 1):
         raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
-    for key in ("presence_penalty", "frequency_penalty"):
-        value = body.get(key)
-        if value is not None and (not _is_number(value) or value != 0):
-            raise ApiError(400, f"{key} is not supported yet (must be 0)", key)
     if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs"):
         raise ApiError(400, "logprobs are not supported", "logprobs")
     if body.get("logit_bias"):
@@ -144,7 +140,7 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
             raise ApiError(400, f"{key} must be a positive integer, got {value!r}", key)
         s.max_new_tokens = min(value, (1 << 32) - 1)
         break
-    for key in ("temperature", "top_p"):
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = body.get(key)
         if value is not None:
             if not _is_number(value):

@@ -1,7 +1,8 @@
 """One live stack for the ecosystem tests (tests/test_eco_*.py): target, an EAGLE draft
 replica with the shipped head, and a router with its HTTP API and /metrics on.
 
-Session-scoped so that the HTTP, metrics, error and Node.js tests share one start; the test
+Session-scoped and registered in conftest.py (a fixture imported into each test module would
+be one per module), so that the HTTP, metrics, error and Node.js tests share one start; the test
 files are named test_eco_* so that they run one after another and the stack is not held
 longer than needed. Tests leave it idle and do not assume an absolute counter value.
 """
@@ -62,7 +63,7 @@ def _send(request: urllib.request.Request) -> tuple[int, Any]:
 @pytest.fixture(scope="session")
 def eco_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EcoStack]:
     stack = LocalStack(
-        list(CPU_FP32),
+        [*CPU_FP32, "--num-slots", "4096"],  # small pools: it idles beside other stacks
         [],
         log_dir=tmp_path_factory.mktemp("stack-eco"),
         draft_args=[["--method", "eagle", "--dtype", "float32"]],
