@@ -10,7 +10,7 @@ from protos import generation_pb2 as pb
 from tests.helpers.eco_stack import EcoStack
 
 pytestmark = pytest.mark.slow
-MAX_TOKENS = 24
+MAX_TOKENS = 16
 CHAT = [{"role": "user", "content": "Name three colours of the rainbow."}]
 PROMPT = "The three primary colours are"
 
