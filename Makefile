@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test protos lint clean
+.PHONY: install run test protos lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP)
 
 protos: $(STAMP)
 	$(BIN)/python -m protos.build
+
+# The config reference (docs/config.md) from the CLI's parsers, plots from benchmarks/results.
+docs: $(STAMP)
+	$(BIN)/python docs/build.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/generation.proto\x12\x0csplitspec.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"8\n\x0c\x43hatMessages\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.splitspec.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xfc\x01\n\x0eSamplingParams\x12\x1b\n\x0emax_new_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x03\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x11\n\x0f_max_new_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seed\"6\n\x12SpeculationOptions\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_enabled\"\x82\x02\n\x0fGenerateRequest\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12.\n\x08messages\x18\x02 \x01(\x0b\x32\x1a.splitspec.v1.ChatMessagesH\x00\x12+\n\tinput_ids\x18\x03 \x01(\x0b\x32\x16.splitspec.v1.TokenIdsH\x00\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12.\n\x08sampling\x18\x05 \x01(\x0b\x32\x1c.splitspec.v1.SamplingParams\x12\x35\n\x0bspeculation\x18\x06 \x01(\x0b\x32 .splitspec.v1.SpeculationOptionsB\x07\n\x05input\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"M\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x1e\n\x16time_to_first_token_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\"w\n\x10SpeculationStats\x12\x14\n\x0cverify_steps\x18\x01 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x03 \x01(\r\x12\x1e\n\x16mean_acceptance_length\x18\x04 \x01(\x01\"\x91\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.splitspec.v1.FinishReason\x12\"\n\x05usage\x18\x05 \x01(\x0b\x32\x13.splitspec.v1.Usage\x12&\n\x07timings\x18\x06 \x01(\x0b\x32\x15.splitspec.v1.Timings\x12\x33\n\x0bspeculation\x18\x07 \x01(\x0b\x32\x1e.splitspec.v1.SpeculationStats\x12\x14\n\x0cmatched_stop\x18\x08 \x01(\t\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xd4\x01\n\tModelInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x1c\n\x14max_new_tokens_limit\x18\x05 \x01(\r\x12\x15\n\reos_token_ids\x18\x06 \x03(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x19\n\x11has_chat_template\x18\t \x01(\x08\"\x18\n\x16GetServerStatusRequest\"\\\n\x12\x44raftReplicaStatus\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07healthy\x18\x03 \x01(\x08\x12\x14\n\x0cnum_requests\x18\x04 \x01(\r\"\xc2\x02\n\x0cServerStatus\x12\x13\n\x0bnum_running\x18\x01 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x02 \x01(\r\x12\x17\n\x0fnum_total_slots\x18\x03 \x01(\r\x12\x16\n\x0enum_free_slots\x18\x04 \x01(\r\x12\x19\n\x11num_cached_tokens\x18\x05 \x01(\r\x12\x1d\n\x15num_finished_requests\x18\x06 \x01(\x04\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x04\x12\x10\n\x08uptime_s\x18\x08 \x01(\x01\x12\x33\n\x0bspeculation\x18\t \x01(\x0b\x32\x1e.splitspec.v1.SpeculationStats\x12\x38\n\x0e\x64raft_replicas\x18\n \x03(\x0b\x32 .splitspec.v1.DraftReplicaStatus*\x8f\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x04\x32\xbc\x02\n\nGeneration\x12K\n\x08Generate\x12\x1d.splitspec.v1.GenerateRequest\x1a\x1e.splitspec.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.splitspec.v1.AbortRequest\x1a\x1b.splitspec.v1.AbortResponse\x12J\n\x0cGetModelInfo\x12!.splitspec.v1.GetModelInfoRequest\x1a\x17.splitspec.v1.ModelInfo\x12S\n\x0fGetServerStatus\x12$.splitspec.v1.GetServerStatusRequest\x1a\x1a.splitspec.v1.ServerStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/generation.proto\x12\x0csplitspec.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"8\n\x0c\x43hatMessages\x12(\n\x05items\x18\x01 \x03(\x0b\x32\x19.splitspec.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xe6\x02\n\x0eSamplingParams\x12\x1b\n\x0emax_new_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x03\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x1d\n\x10presence_penalty\x18\t \x01(\x02H\x05\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\n \x01(\x02H\x06\x88\x01\x01\x42\x11\n\x0f_max_new_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penalty\"6\n\x12SpeculationOptions\x12\x14\n\x07\x65nabled\x18\x01 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_enabled\"\x82\x02\n\x0fGenerateRequest\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12.\n\x08messages\x18\x02 \x01(\x0b\x32\x1a.splitspec.v1.ChatMessagesH\x00\x12+\n\tinput_ids\x18\x03 \x01(\x0b\x32\x16.splitspec.v1.TokenIdsH\x00\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12.\n\x08sampling\x18\x05 \x01(\x0b\x32\x1c.splitspec.v1.SamplingParams\x12\x35\n\x0bspeculation\x18\x06 \x01(\x0b\x32 .splitspec.v1.SpeculationOptionsB\x07\n\x05input\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"M\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x1e\n\x16time_to_first_token_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\"w\n\x10SpeculationStats\x12\x14\n\x0cverify_steps\x18\x01 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x03 \x01(\r\x12\x1e\n\x16mean_acceptance_length\x18\x04 \x01(\x01\"\x91\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.splitspec.v1.FinishReason\x12\"\n\x05usage\x18\x05 \x01(\x0b\x32\x13.splitspec.v1.Usage\x12&\n\x07timings\x18\x06 \x01(\x0b\x32\x15.splitspec.v1.Timings\x12\x33\n\x0bspeculation\x18\x07 \x01(\x0b\x32\x1e.splitspec.v1.SpeculationStats\x12\x14\n\x0cmatched_stop\x18\x08 \x01(\t\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x15\n\x13GetModelInfoRequest\"\xd4\x01\n\tModelInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x1c\n\x14max_new_tokens_limit\x18\x05 \x01(\r\x12\x15\n\reos_token_ids\x18\x06 \x03(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x19\n\x11has_chat_template\x18\t \x01(\x08\"\x18\n\x16GetServerStatusRequest\"\\\n\x12\x44raftReplicaStatus\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07healthy\x18\x03 \x01(\x08\x12\x14\n\x0cnum_requests\x18\x04 \x01(\r\"\xc2\x02\n\x0cServerStatus\x12\x13\n\x0bnum_running\x18\x01 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x02 \x01(\r\x12\x17\n\x0fnum_total_slots\x18\x03 \x01(\r\x12\x16\n\x0enum_free_slots\x18\x04 \x01(\r\x12\x19\n\x11num_cached_tokens\x18\x05 \x01(\r\x12\x1d\n\x15num_finished_requests\x18\x06 \x01(\x04\x12\x1c\n\x14num_generated_tokens\x18\x07 \x01(\x04\x12\x10\n\x08uptime_s\x18\x08 \x01(\x01\x12\x33\n\x0bspeculation\x18\t \x01(\x0b\x32\x1e.splitspec.v1.SpeculationStats\x12\x38\n\x0e\x64raft_replicas\x18\n \x03(\x0b\x32 .splitspec.v1.DraftReplicaStatus*\x8f\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x15\n\x11\x46INISH_REASON_EOS\x10\x03\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x04\x32\xbc\x02\n\nGeneration\x12K\n\x08Generate\x12\x1d.splitspec.v1.GenerateRequest\x1a\x1e.splitspec.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.splitspec.v1.AbortRequest\x1a\x1b.splitspec.v1.AbortResponse\x12J\n\x0cGetModelInfo\x12!.splitspec.v1.GetModelInfoRequest\x1a\x17.splitspec.v1.ModelInfo\x12S\n\x0fGetServerStatus\x12$.splitspec.v1.GetServerStatusRequest\x1a\x1a.splitspec.v1.ServerStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.generation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=2052
-  _globals['_FINISHREASON']._serialized_end=2195
+  _globals['_FINISHREASON']._serialized_start=2158
+  _globals['_FINISHREASON']._serialized_end=2301
   _globals['_CHATMESSAGE']._serialized_start=41
   _globals['_CHATMESSAGE']._serialized_end=85
   _globals['_CHATMESSAGES']._serialized_start=87
@@ -40,33 +40,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDS']._serialized_start=145
   _globals['_TOKENIDS']._serialized_end=168
   _globals['_SAMPLINGPARAMS']._serialized_start=171
-  _globals['_SAMPLINGPARAMS']._serialized_end=423
-  _globals['_SPECULATIONOPTIONS']._serialized_start=425
-  _globals['_SPECULATIONOPTIONS']._serialized_end=479
-  _globals['_GENERATEREQUEST']._serialized_start=482
-  _globals['_GENERATEREQUEST']._serialized_end=740
-  _globals['_USAGE']._serialized_start=742
-  _globals['_USAGE']._serialized_end=822
-  _globals['_TIMINGS']._serialized_start=824
-  _globals['_TIMINGS']._serialized_end=901
-  _globals['_SPECULATIONSTATS']._serialized_start=903
-  _globals['_SPECULATIONSTATS']._serialized_end=1022
-  _globals['_GENERATERESPONSE']._serialized_start=1025
-  _globals['_GENERATERESPONSE']._serialized_end=1298
-  _globals['_ABORTREQUEST']._serialized_start=1300
-  _globals['_ABORTREQUEST']._serialized_end=1334
-  _globals['_ABORTRESPONSE']._serialized_start=1336
-  _globals['_ABORTRESPONSE']._serialized_end=1366
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1368
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1389
-  _globals['_MODELINFO']._serialized_start=1392
-  _globals['_MODELINFO']._serialized_end=1604
-  _globals['_GETSERVERSTATUSREQUEST']._serialized_start=1606
-  _globals['_GETSERVERSTATUSREQUEST']._serialized_end=1630
-  _globals['_DRAFTREPLICASTATUS']._serialized_start=1632
-  _globals['_DRAFTREPLICASTATUS']._serialized_end=1724
-  _globals['_SERVERSTATUS']._serialized_start=1727
-  _globals['_SERVERSTATUS']._serialized_end=2049
-  _globals['_GENERATION']._serialized_start=2198
-  _globals['_GENERATION']._serialized_end=2514
+  _globals['_SAMPLINGPARAMS']._serialized_end=529
+  _globals['_SPECULATIONOPTIONS']._serialized_start=531
+  _globals['_SPECULATIONOPTIONS']._serialized_end=585
+  _globals['_GENERATEREQUEST']._serialized_start=588
+  _globals['_GENERATEREQUEST']._serialized_end=846
+  _globals['_USAGE']._serialized_start=848
+  _globals['_USAGE']._serialized_end=928
+  _globals['_TIMINGS']._serialized_start=930
+  _globals['_TIMINGS']._serialized_end=1007
+  _globals['_SPECULATIONSTATS']._serialized_start=1009
+  _globals['_SPECULATIONSTATS']._serialized_end=1128
+  _globals['_GENERATERESPONSE']._serialized_start=1131
+  _globals['_GENERATERESPONSE']._serialized_end=1404
+  _globals['_ABORTREQUEST']._serialized_start=1406
+  _globals['_ABORTREQUEST']._serialized_end=1440
+  _globals['_ABORTRESPONSE']._serialized_start=1442
+  _globals['_ABORTRESPONSE']._serialized_end=1472
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1474
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1495
+  _globals['_MODELINFO']._serialized_start=1498
+  _globals['_MODELINFO']._serialized_end=1710
+  _globals['_GETSERVERSTATUSREQUEST']._serialized_start=1712
+  _globals['_GETSERVERSTATUSREQUEST']._serialized_end=1736
+  _globals['_DRAFTREPLICASTATUS']._serialized_start=1738
+  _globals['_DRAFTREPLICASTATUS']._serialized_end=1830
+  _globals['_SERVERSTATUS']._serialized_start=1833
+  _globals['_SERVERSTATUS']._serialized_end=2155
+  _globals['_GENERATION']._serialized_start=2304
+  _globals['_GENERATION']._serialized_end=2620
 # @@protoc_insertion_point(module_scope)

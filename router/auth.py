@@ -111,3 +111,15 @@ def interceptors(key: bytes | None) -> list[grpc.aio.ServerInterceptor]:
 
     keyed: list[grpc.aio.ServerInterceptor] = [ApiKeyInterceptor(key)] if key else []
     return [*keyed, StrictParsing()]
+
+
+def key_checker(key: bytes | None) -> Callable[[str | None], bool] | None:
+    """The same key for the HTTP API: ``check(bearer_token_or_None)``, constant-time; None when
+    no key is set (the HTTP server then lets every request in, as the gRPC API does)."""
+    if key is None:
+        return None
+
+    def check(presented: str | None) -> bool:
+        return presented is not None and hmac.compare_digest(presented.encode(), key)
+
+    return check

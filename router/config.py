@@ -24,6 +24,8 @@ class RouterConfig:
     max_tree_tokens: int = 64  # most nodes (root included) of a verified tree; slots reserved ahead
     draft_timeout_s: float = 10.0  # deadline of drafter calls: a slow replica counts as lost
     max_speculative_batch: int = 32  # more decoding requests than this: target-only steps
+    http_port: int = 0  # OpenAI-compatible HTTP API and /metrics (0: off)
+    served_model_name: str = ""  # the model name of the HTTP API; empty: the target's
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ import grpc
 
 from protos import generation_pb2 as pb
 from protos import target_pb2
+from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.kv_manager import KVManager
@@ -131,6 +132,7 @@ class Scheduler:
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
+        telemetry.target_replies(forward_reply, verify_reply)
         done = self._commit_plain(
             plain, list(forward_reply.next_token_ids) if forward_reply else []
         )
@@ -191,7 +193,8 @@ class Scheduler:
             o = req.options
             item.sampling.CopyFrom(
                 target_pb2.SamplingConfig(
-                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed
+                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
+                    presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
                 )
             )
         req.num_sent_slots = len(req.slots)
@@ -214,6 +217,7 @@ class Scheduler:
         done: list[Request] = []
         for (req, _), item, result in zip(verify, items, results, strict=True):
             self.spec.after_verify(req, result, len(item.token_ids))
+            telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
             req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
             if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
                 done.append(req)
@@ -221,8 +225,10 @@ class Scheduler:
 
     def _emit(self, req: Request, committed: Committed) -> bool:
         """Streams a committed block; returns True when it ends the request."""
-        req.first_token = req.first_token or time.perf_counter()
+        now = time.perf_counter()
+        req.first_token = req.first_token or now
         req.output_ids += committed.token_ids
+        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         item = pb.GenerateResponse(
             request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
         )
@@ -259,6 +265,7 @@ class Scheduler:
         self.counters.record_finish(
             len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
         )
+        telemetry.observer().request_finished(req, reason, now)
 
     # ---- endings ------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from router import admission, auth, secure, shutdown
 from router.admission import AdmissionLimits
 from router.config import RouterConfig
 from router.draft_pool import DraftPool
+from router.http_server import add_http_arguments, start_http
 from router.kv_manager import KVManager
 from router.radix_cache import RadixCache
 from router.scheduler import Scheduler
@@ -80,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="above this many decoding requests, steps run target-only")
     secure.add_arguments(parser)
     admission.add_arguments(parser)
+    add_http_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
@@ -99,6 +101,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
         max_speculative_batch=args.max_speculative_batch,
+        http_port=args.http_port,
+        served_model_name=args.served_model_name,
     )
 
 
@@ -202,6 +206,9 @@ async def serve(
         asyncio.create_task(watch.run()),
         asyncio.create_task(drained.wait()),  # SIGTERM: drain, then return
         asyncio.create_task(server.wait_for_termination()),
+        *start_http(servicer, config.host, config.http_port,
+                    config.served_model_name or info.model_name,
+                    key_checker=auth.key_checker(security.api_key)),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:

@@ -16,6 +16,7 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from protos import draft_pb2, target_pb2
+from router import telemetry
 from router.draft_pool import DraftPool, DraftReplica
 from router.kv_manager import KVManager
 from router.request import Request
@@ -100,7 +101,7 @@ class Speculation:
                 retry=retry_if_exception(_transient),
                 reraise=True,
             ):
-                with attempt:
+                with attempt, telemetry.draft_timer(replica.address, "Propose"):
                     reply = await replica.stub.Propose(request, timeout=deadline)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -134,6 +135,7 @@ class Speculation:
         )
 
     def _lose_replica(self, replica: DraftReplica, reason: str) -> None:
+        telemetry.observer().draft_failure(replica.address, reason)
         self.pool.mark_failed(replica, reason)
 
     # ---- verifying ------------------------------------------------------------------------
@@ -221,7 +223,8 @@ class Speculation:
         deadline = max(health.deadline_s("propose"), health.deadline_s("ingest", units))
         started = time.perf_counter()
         try:
-            await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)
+            with telemetry.draft_timer(replica.address, "Ingest"):
+                await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")

@@ -81,8 +81,17 @@ def sampling_options(
         raise InvalidRequest(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
     seed = s.seed if s.HasField("seed") else secrets.randbits(63)
     return SamplingOptions(
-        max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos
+        max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos,
+        *_penalties(s),
     )
+
+
+def _penalties(s: generation_pb2.SamplingParams) -> tuple[float, float]:
+    values = (s.presence_penalty, s.frequency_penalty)  # unset reads 0: off
+    for name, value in zip(("presence_penalty", "frequency_penalty"), values, strict=True):
+        if not (math.isfinite(value) and -2 <= value <= 2):
+            raise InvalidRequest(f"{name} must be in [-2, 2], got {value}")
+    return values
 
 
 def _max_new_tokens(s: generation_pb2.SamplingParams, prompt_len: int, limits: Limits) -> int:

@@ -31,15 +31,20 @@ def _serve(args: argparse.Namespace) -> int:
     if args.model:
         target_args += ["--model", str(args.model)]
     router_args = ["--model", str(args.model)] if args.model else []
+    if args.http_port:
+        router_args += ["--http-port", str(args.http_port)]
     if not _prepare(args):
         return 2
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
-    stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args))
+    stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
+                       http=not args.http_port)  # no port given: the launcher picks a free one
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
     print(f"starting target, router{drafts} (logs in {log_dir})", flush=True)
     stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
     try:
         print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
+        http = stack.http_address or f"127.0.0.1:{args.http_port}"
+        print(f"router (OpenAI-compatible HTTP, /metrics): http://{http}/v1")
         print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
         for draft in stack.drafts:
             kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
@@ -143,6 +148,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "native bf16 (AMX / AVX-512 BF16), else float32",
     )
     p.add_argument("--num-slots", type=int, default=32768)
+    p.add_argument("--http-port", type=int, default=0,
+                   help="port of the router's OpenAI-compatible HTTP API and /metrics "
+                   "(0: a free port, printed)")
     p.add_argument(
         "--draft-method",
         choices=["auto", "eagle", "ngram", "off"],

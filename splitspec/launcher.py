@@ -109,13 +109,18 @@ class LocalStack:
         draft_args: list[list[str]] | None = None,
         tls: ClientTLS | None = None,
         api_key: str | None = None,
+        http: bool = False,
     ) -> None:
         self.host = host
         self.tls, self.api_key = tls, api_key  # what our own checks of the services present
         self.log_dir = log_dir
         self._launched_at = time.monotonic()
         draft_args = draft_args or []
-        target_port, router_port, *draft_ports = free_ports(2 + len(draft_args), host)
+        target_port, router_port, http_port, *draft_ports = free_ports(3 + len(draft_args), host)
+        # The router's OpenAI-compatible HTTP API and /metrics, when asked for.
+        self.http_address = f"{host}:{http_port}" if http else ""
+        if http:
+            router_args = [*router_args, "--http-port", str(http_port)]
         self.drafts = [
             self._draft(i, port, args)
             for i, (port, args) in enumerate(zip(draft_ports, draft_args, strict=True))

@@ -11,6 +11,7 @@ from model_runtime.attention import build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample
+from target_service import penalties
 from target_service.config import TargetConfig
 from target_service.errors import InvalidStep, UnknownRequest
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
@@ -110,8 +111,12 @@ class TargetEngine:
         want_hidden = any(it.return_hidden for it in items)
         with torch.inference_mode():
             out = run_verify(
-                self.model, self.pools, self.table.slots, trees, params, greedy, want_hidden
+                self.model, self.pools, self.table.slots, trees, params, greedy, want_hidden,
+                penalize=lambda logits, layout: penalties.penalize_tree(
+                    logits, states, trees.tokens, trees.valid, layout.ancestors
+                ),
             )
+            penalties.record(states, out.token_ids, self.model_config.vocab_size, self.device)
         results = [
             VerifyResult(
                 ids,
@@ -266,9 +271,11 @@ class TargetEngine:
         self.pools.hidden.index_copy_(0, write_slots, hidden)
         if not sampled:
             return []
-        logits = self.model.logits(hidden[batch.sample_index])
+        logits = penalties.penalize(self.model.logits(hidden[batch.sample_index]), sampled)
         params = self._sampling_tensors(sampled, batch.positions[batch.sample_index] + 1)
-        return sample(logits, params).tolist()  # the step's one device->host sync
+        next_ids = sample(logits, params).tolist()  # the step's one device->host sync
+        penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
+        return next_ids
 
     def _fits_decode_graphs(self, items: list[StepItem], batch: DeviceBatch) -> bool:
         return (

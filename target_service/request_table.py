@@ -15,6 +15,8 @@ class SamplingSpec:
     top_p: float
     top_k: int
     seed: int
+    presence_penalty: float = 0.0  # OpenAI's, over the completion (target_service.penalties)
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -22,6 +24,7 @@ class RequestState:
     row: int
     table_len: int  # positions 0..table_len-1 of the row hold router-assigned slots
     sampling: SamplingSpec
+    counts: torch.Tensor | None = None  # [V] completion token counts, for penalties only
 
 
 class RequestTable:

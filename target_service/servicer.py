@@ -26,7 +26,9 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
     sampling = None
     if pb.HasField("sampling"):
         s = pb.sampling
-        sampling = SamplingSpec(s.temperature, s.top_p, s.top_k, s.seed)
+        sampling = SamplingSpec(
+            s.temperature, s.top_p, s.top_k, s.seed, s.presence_penalty, s.frequency_penalty
+        )
     return StepItem(
         pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling
     )

@@ -7,6 +7,7 @@ accepted path's KV and hidden rows move into the committed positions in place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +17,7 @@ from model_runtime.attention import build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
-from target_service.tree import Acceptance, greedy_accept
+from target_service.tree import Acceptance, TreeLayout, greedy_accept
 from target_service.tree_sampling import tree_rejection_sample
 
 # Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
@@ -55,6 +56,7 @@ def run_verify(
     params: SamplingTensors,
     greedy: torch.Tensor,
     want_hidden: bool,
+    penalize: Callable[[torch.Tensor, TreeLayout], torch.Tensor] | None = None,
 ) -> VerifyOutput:
     mask = tree_ops.tree_mask_and_positions(trees.parents, trees.valid, trees.start_pos)
     layout, positions = mask.layout(), mask.positions
@@ -82,7 +84,10 @@ def run_verify(
         vocab = model.config.vocab_size
         logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
         logits[real] = model.logits(hidden)
-    accepted = _accept(trees, layout, logits.view(num_req, num_nodes, -1), params, greedy)
+    logits = logits.view(num_req, num_nodes, -1)
+    if penalize is not None:  # presence/frequency penalties, per node (target_service.penalties)
+        logits = penalize(logits, layout)
+    accepted = _accept(trees, layout, logits, params, greedy)
     tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
     return _read_back(trees, accepted, rows)

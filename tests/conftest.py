@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 import pytest  # noqa: E402
 
 from splitspec.launcher import LocalStack  # noqa: E402
+from tests.helpers.eco_stack import eco_stack  # noqa: E402, F401 (one stack for test_eco_*)
 from tests.helpers.reference import HFReference, TieCase  # noqa: E402
 from tests.helpers.rpc import Router  # noqa: E402
 

@@ -50,6 +50,7 @@ def secure_stack(
         draft_args=[["--method", "ngram", *mtls]],
         tls=ClientTLS(certs.ca, certs.client_cert, certs.client_key),
         api_key=API_KEY,
+        http=True,
     )
     stack.start(timeout_s=240)
     try:
@@ -180,3 +181,19 @@ def test_key_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> No
         auth.api_key_from_args(parser.parse_args(["--api-key-env", "SPLITSPEC_TEST_KEY"]))
     assert auth.api_key_from_args(parser.parse_args([])) is None
     assert "k3y" not in repr(RouterSecurity(api_key=b"k3y"))
+
+
+def test_the_http_api_takes_the_same_key(secure_stack: LocalStack) -> None:
+    import httpx
+
+    base = f"http://{secure_stack.http_address}"
+    right = {"Authorization": f"Bearer {API_KEY}"}
+    models = httpx.get(f"{base}/v1/models", headers=right, timeout=TIMEOUT_S)
+    assert models.status_code == 200
+    body = {"model": models.json()["data"][0]["id"], "prompt": "hi", "max_tokens": 4}
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        refused = httpx.post(f"{base}/v1/completions", json=body, headers=headers, timeout=30)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["type"] == "authentication_error"
+    done = httpx.post(f"{base}/v1/completions", json=body, headers=right, timeout=TIMEOUT_S)
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 4

@@ -1,0 +1,65 @@
+"""Starts the router's HTTP side in its own event loop: the OpenAI API and /metrics.
+
+``--http-port`` turns it on (0, the default: off). The Prometheus observer is installed
+whatever the port, so gRPC-only routers keep counting too; without HTTP nobody scrapes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from router import telemetry
+from router.metrics import RouterMetrics
+from router.openai_api.app import KeyChecker, OpenAIServer
+
+log = logging.getLogger("splitspec.router")
+
+
+def add_http_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        default=0,
+        help="port of the OpenAI-compatible HTTP API and /metrics on --host (0: off)",
+    )
+    parser.add_argument(
+        "--served-model-name",
+        default="",
+        help="model name the HTTP API answers to (default: the target's model name)",
+    )
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn inside the router's loop: the router, not uvicorn, owns SIGINT and SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def start_http(
+    servicer: Any,
+    host: str,
+    port: int,
+    model_name: str,
+    key_checker: KeyChecker | None = None,
+) -> set[asyncio.Task]:
+    """Installs the metrics observer; with a port, starts serving. Returns the tasks to await
+    beside the gRPC server's (a failed bind ends the router, as a gRPC one does)."""
+    metrics = RouterMetrics(model_name, servicer.scheduler)
+    telemetry.install(metrics)
+    if not port:
+        return set()
+    app = OpenAIServer(servicer, model_name, metrics.registry, key_checker).app()
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+    )
+    log.info("router HTTP (OpenAI API, /metrics) on %s:%d", host, port)
+    return {asyncio.create_task(_EmbeddedServer(config).serve())}

@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP API of the router (chat completions, completions, models)."""

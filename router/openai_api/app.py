@@ -1,0 +1,173 @@
+"""The ASGI app: OpenAI endpoints, /health and /metrics over the router's own scheduler.
+
+It runs in the router's event loop (router.http_server), so a request here is submitted to
+the same scheduler, validated by the same code and batched with the gRPC API's requests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from protos import generation_pb2 as pb
+from router.errors import InvalidRequest, Overloaded, ServiceFailure
+from router.openai_api import protocol
+from router.openai_api.errors import ApiError, from_router_error
+from router.openai_api.responses import DONE, Reply, sse
+from router.request import Request
+
+# Given the bearer token (None when the header is missing), says whether it may call /v1/*.
+KeyChecker = Callable[[str | None], bool]
+
+
+class OpenAIServer:
+    def __init__(
+        self,
+        servicer: Any,  # router.servicer.GenerationServicer: builds and validates requests
+        model_name: str,
+        registry: Any = None,  # prometheus_client registry served at /metrics
+        key_checker: KeyChecker | None = None,
+    ) -> None:
+        self.servicer = servicer
+        self.scheduler = servicer.scheduler
+        self.model_name = model_name
+        self.registry = registry
+        self.key_checker = key_checker
+        self.created = int(time.time())
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        if self.registry is not None:
+            routes.append(Route("/metrics", self.metrics, methods=["GET"]))
+        return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+
+    # ---- endpoints ---------------------------------------------------------------------------
+
+    async def health(self, request: HttpRequest) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, request: HttpRequest) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def models(self, request: HttpRequest) -> Response:
+        try:
+            self._authorize(request)
+        except ApiError as err:
+            return _error(err)
+        info = self.servicer.model_info
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "splitspec",
+            "max_model_len": info.max_context_length,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def chat(self, request: HttpRequest) -> Response:
+        return await self._generate(request, protocol.parse_chat, chat=True)
+
+    async def completions(self, request: HttpRequest) -> Response:
+        return await self._generate(request, protocol.parse_completion, chat=False)
+
+    # ---- generation --------------------------------------------------------------------------
+
+    async def _generate(self, request: HttpRequest, parse: Callable, chat: bool) -> Response:
+        try:
+            self._authorize(request)
+            parsed = parse(protocol.parse_body(await request.body()))
+            if parsed.model != self.model_name:
+                raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
+                               f"serves `{self.model_name}`", "model", "model_not_found")
+            req = self._submit(parsed.generate)
+        except ApiError as err:
+            return _error(err)
+        reply = Reply(chat, self.model_name, parsed.include_usage)
+        if parsed.stream:
+            return StreamingResponse(self._events(req, reply), media_type="text/event-stream")
+        try:
+            text, final = await self._collect(req)
+        except ServiceFailure as err:
+            return _error(from_router_error(err))
+        return JSONResponse(reply.whole(text, final))
+
+    def _authorize(self, request: HttpRequest) -> None:
+        if self.key_checker is None:
+            return
+        header = request.headers.get("authorization", "")
+        key = header[7:].strip() if header.lower().startswith("bearer ") else None
+        if not self.key_checker(key):
+            raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
+
+    def _submit(self, generate: pb.GenerateRequest) -> Request:
+        try:
+            req = self.servicer._build(generate)  # the gRPC API's own validation
+            self.scheduler.submit(req)
+        except (InvalidRequest, Overloaded) as err:
+            raise from_router_error(err) from err
+        return req
+
+    async def _collect(self, req: Request) -> tuple[str, pb.GenerateResponse]:
+        parts = []
+        try:
+            while True:
+                item = await _next_item(req)
+                parts.append(item.text)
+                if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+                    return "".join(parts), item
+        finally:
+            self._abort_unfinished(req)
+
+    async def _events(self, req: Request, reply: Reply) -> AsyncIterator[str]:
+        """SSE events until [DONE]. A client that goes away cancels this generator: the
+        request is aborted and gives its slots back."""
+        first = True
+        try:
+            while True:
+                try:
+                    item = await _next_item(req)
+                except ServiceFailure as err:
+                    yield sse(from_router_error(err).body())
+                    return
+                for event in reply.chunks(item, first):
+                    yield event
+                first = False
+                if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+                    yield DONE
+                    return
+        finally:
+            self._abort_unfinished(req)
+
+    def _abort_unfinished(self, req: Request) -> None:
+        if not req.finished:
+            self.scheduler.abort(req.request_id)
+
+
+async def _next_item(req: Request) -> pb.GenerateResponse:
+    item = await req.outbox.get()
+    if isinstance(item, Exception):
+        raise item
+    return item
+
+
+def _error(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _http_error(request: HttpRequest, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _error(ApiError(exc.status_code, str(exc.detail), code="not_found"
+                           if exc.status_code == 404 else None))

@@ -1,0 +1,50 @@
+"""Errors as the OpenAI API returns them: ``{"error": {message, type, param, code}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+}
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES.get(self.status, "server_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def from_router_error(err: Exception) -> ApiError:
+    """The HTTP twin of the gRPC status the public servicer gives the same error."""
+    if isinstance(err, InvalidRequest):
+        return ApiError(400, str(err), code="invalid_value")
+    if isinstance(err, Overloaded):
+        return ApiError(429, str(err), code="overloaded")
+    if isinstance(err, DuplicateRequest):
+        return ApiError(409, str(err), code="duplicate_request")
+    if isinstance(err, ServiceFailure):
+        return ApiError(503, str(err), code="service_unavailable")
+    return ApiError(500, f"internal error: {err}", code="internal_error")

@@ -1,0 +1,193 @@
+"""OpenAI request bodies turned into the router's own GenerateRequest.
+
+Only what the server can honour is accepted; a parameter it cannot (n > 1, logprobs, tools)
+is refused with a 400 naming the parameter, never ignored.
+Values are then validated by the same code as the gRPC API (router.validation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from protos import generation_pb2 as pb
+from router.openai_api.errors import ApiError
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}
+UINT64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    generate: pb.GenerateRequest
+    model: str
+    stream: bool
+    include_usage: bool
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def parse_chat(body: dict[str, Any]) -> ParsedRequest:
+    request = pb.GenerateRequest()
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list", "messages")
+    for i, message in enumerate(messages):
+        request.messages.items.append(_chat_message(message, f"messages[{i}]"))
+    _refuse_unsupported(body, chat=True)
+    return _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
+
+
+def parse_completion(body: dict[str, Any]) -> ParsedRequest:
+    request = pb.GenerateRequest()
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        request.text = prompt
+    elif isinstance(prompt, list) and prompt and all(_is_int64(t) for t in prompt):
+        request.input_ids.ids.extend(prompt)
+    else:
+        raise ApiError(
+            400, "prompt must be a string or a list of token ids (one prompt per request)",
+            "prompt",
+        )
+    _refuse_unsupported(body, chat=False)
+    return _finish(request, body, max_tokens_keys=("max_tokens",))
+
+
+def _chat_message(message: Any, where: str) -> pb.ChatMessage:
+    if not isinstance(message, dict):
+        raise ApiError(400, f"{where} must be an object with role and content", where)
+    role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    if role is None:
+        raise ApiError(400, f"{where}.role must be one of {sorted(ROLES)}", f"{where}.role")
+    return pb.ChatMessage(role=role, content=_content(message.get("content"), where))
+
+
+def _content(content: Any, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)):
+                raise ApiError(400, f"{where}.content: only text parts are supported",
+                               f"{where}.content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise ApiError(400, f"{where}.content must be a string or a list of text parts",
+                   f"{where}.content")
+
+
+def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
+    n = body.get("n", 1)
+    if n is not None and (not _is_int(n) or n != 1):
+        raise ApiError(400, f"n must be 1 (one choice per request), got {n!r}", "n")
+    best_of = body.get("best_of")
+    if best_of not in (None, 1):
+        raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
+    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs"):
+        raise ApiError(400, "logprobs are not supported", "logprobs")
+    if body.get("logit_bias"):
+        raise ApiError(400, "logit_bias is not supported", "logit_bias")
+    if body.get("tools") or body.get("functions"):
+        raise ApiError(400, "tools are not supported", "tools")
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise ApiError(400, "response_format other than text is not supported", "response_format")
+    if not chat and (body.get("echo") or body.get("suffix")):
+        raise ApiError(400, "echo and suffix are not supported", "echo")
+
+
+def _finish(
+    request: pb.GenerateRequest, body: dict[str, Any], max_tokens_keys: tuple[str, ...]
+) -> ParsedRequest:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "model is required", "model")
+    _sampling(request.sampling, body, max_tokens_keys)
+    speculation = body.get("speculation")
+    if speculation is not None:
+        if not isinstance(speculation, bool):
+            raise ApiError(400, "speculation must be true or false", "speculation")
+        request.speculation.enabled = speculation
+    stream = _flag(body, "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", "stream_options")
+    include_usage = bool(options.get("include_usage")) and stream
+    return ParsedRequest(request, model, stream, include_usage)
+
+
+def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple[str, ...]) -> None:
+    for key in max_tokens_keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if not _is_int(value) or value < 1:
+            raise ApiError(400, f"{key} must be a positive integer, got {value!r}", key)
+        s.max_new_tokens = min(value, (1 << 32) - 1)
+        break
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = body.get(key)
+        if value is not None:
+            if not _is_number(value):
+                raise ApiError(400, f"{key} must be a number, got {value!r}", key)
+            setattr(s, key, float(value))
+    for key in ("seed", "top_k"):
+        value = body.get(key)
+        if value is not None and not _is_int(value):
+            raise ApiError(400, f"{key} must be an integer, got {value!r}", key)
+    if body.get("seed") is not None:
+        s.seed = body["seed"] & UINT64  # OpenAI seeds may be negative; ours are uint64
+    if body.get("top_k") is not None and body["top_k"] != -1:  # -1: vLLM's "off"
+        s.top_k = max(-(1 << 31), min(body["top_k"], (1 << 31) - 1))
+    s.stop.extend(_stop(body.get("stop")))
+    ids = body.get("stop_token_ids") or []
+    if not isinstance(ids, list) or not all(_is_int64(i) for i in ids):
+        raise ApiError(400, "stop_token_ids must be a list of integers", "stop_token_ids")
+    s.stop_token_ids.extend(ids)
+    s.ignore_eos = _flag(body, "ignore_eos")
+
+
+def _stop(stop: Any) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(x, str) for x in stop):
+        return stop
+    raise ApiError(400, "stop must be a string or a list of strings", "stop")
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{key} must be true or false", key)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_int64(value: Any) -> bool:
+    return _is_int(value) and -(1 << 63) <= value < (1 << 63)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,66 @@
+"""Where the router reports what it does, for metrics; by default nobody listens.
+
+The scheduler, the speculative round and the draft pool call ``observer()``'s methods at the
+points that matter (a block of tokens committed, a request finished, a tree verified, a draft
+call made). ``router.metrics`` installs an observer that feeds Prometheus; with none installed
+the calls cost a method lookup. Only the scheduler's asyncio task calls these, so no locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+class Observer:
+    """The no-op observer: every hook the router calls, doing nothing."""
+
+    def tokens_committed(self, req: Any, num_tokens: int, now: float) -> None:
+        """A block of ``num_tokens`` was streamed to ``req`` at ``now`` (perf_counter)."""
+
+    def request_finished(self, req: Any, reason: int, now: float) -> None:
+        """``req`` ended with FinishReason ``reason``; its counters are final."""
+
+    def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
+        """One verify step of one request: drafts sent, drafts the target accepted."""
+
+    def target_call(self, method: str, device_ms: float) -> None:
+        """A Forward or Verify call and the target's own time for it."""
+
+    def draft_call(self, address: str, method: str, seconds: float) -> None:
+        """A call to a draft replica that returned (successfully or not)."""
+
+    def draft_failure(self, address: str, reason: str) -> None:
+        """A draft replica was taken out of rotation."""
+
+
+_observer: Observer = Observer()
+
+
+def observer() -> Observer:
+    return _observer
+
+
+def install(new: Observer) -> None:
+    global _observer
+    _observer = new
+
+
+@contextlib.contextmanager
+def draft_timer(address: str, method: str) -> Iterator[None]:
+    """Times one call to a draft replica, however it ends."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        _observer.draft_call(address, method, time.perf_counter() - started)
+
+
+def target_replies(forward_reply: Any, verify_reply: Any) -> None:
+    """Reports the target's own time for a step's Forward and Verify calls (either may be None)."""
+    if forward_reply is not None:
+        _observer.target_call("Forward", forward_reply.forward_ms)
+    if verify_reply is not None:
+        _observer.target_call("Verify", verify_reply.forward_ms)

@@ -1,0 +1,92 @@
+"""Bad HTTP input gets OpenAI's error shape and status, and the server keeps serving; a client
+that leaves a stream early frees its request."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from tests.helpers.eco_stack import EcoStack
+from tests.helpers.rpc import assert_slots_accounted
+
+pytestmark = pytest.mark.slow
+
+
+def chat_body(eco: EcoStack, **extra) -> dict:
+    return {"model": eco.model_name, "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 4, "temperature": 0, **extra}
+
+
+def assert_error(status: int, body: dict, want_status: int, param: str | None = None) -> None:
+    assert status == want_status, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and isinstance(error["type"], str)
+    if param is not None:
+        assert error["param"] == param, error
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "param"),
+    [
+        ({"model": "gpt-4o"}, 404, "model"),
+        ({"n": 2}, 400, "n"),
+        ({"max_tokens": -1}, 400, "max_tokens"),
+        ({"max_tokens": 0}, 400, "max_tokens"),
+        ({"max_completion_tokens": "8"}, 400, "max_completion_tokens"),
+        ({"messages": []}, 400, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role"),
+        ({"stop": 7}, 400, "stop"),
+        ({"logprobs": True}, 400, "logprobs"),
+        ({"temperature": -1}, 400, None),  # refused by the router's own validation
+        ({"presence_penalty": 2.5}, 400, None),
+        ({"max_tokens": 10**9}, 400, None),  # over --max-new-tokens-limit
+    ],
+)
+def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param) -> None:
+    got_status, body = eco_stack.post("/v1/chat/completions", chat_body(eco_stack, **extra))
+    assert_error(got_status, body, status, param)
+    if status == 404:
+        assert body["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_malformed_bodies(eco_stack: EcoStack, raw: bytes) -> None:
+    status, body = eco_stack.post("/v1/completions", raw)
+    assert_error(status, body, 400)
+    assert body["error"]["type"] == "invalid_request_error"
+
+
+def test_unknown_path_and_bad_prompt(eco_stack: EcoStack) -> None:
+    status, raw = eco_stack.get("/v1/engines")
+    assert_error(status, json.loads(raw), 404)
+    body = {"model": eco_stack.model_name, "prompt": ["a", "b"], "max_tokens": 2}
+    assert_error(*eco_stack.post("/v1/completions", body), 400, "prompt")
+
+
+def test_still_serving_after_bad_input(eco_stack: EcoStack) -> None:
+    status, body = eco_stack.post("/v1/chat/completions", chat_body(eco_stack))
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] >= 1
+    status, raw = eco_stack.get("/health")
+    assert status == 200 and json.loads(raw) == {"status": "ok"}
+    assert_slots_accounted(eco_stack.router.wait_idle())
+
+
+def test_client_leaving_a_stream_frees_its_request(eco_stack: EcoStack) -> None:
+    before = eco_stack.router.status().num_generated_tokens
+    host, port = eco_stack.stack.http_address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = chat_body(eco_stack, max_tokens=400, stream=True, ignore_eos=True)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200
+    assert reply.readline().startswith(b"data: ")  # the stream has started
+    conn.close()  # leave long before 400 tokens
+    status = eco_stack.router.wait_idle(timeout_s=30)
+    assert_slots_accounted(status)
+    generated = status.num_generated_tokens - before
+    assert 1 <= generated < 200, f"{generated} tokens: the request ran on after the client left"

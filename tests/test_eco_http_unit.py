@@ -1,0 +1,78 @@
+"""The HTTP app's edges without a stack: the API-key hook answers 401 in OpenAI's shape before
+anything else runs, and router errors map onto the statuses the gRPC API's codes mean."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from router.errors import InvalidRequest, Overloaded, ServiceFailure
+from router.openai_api.app import OpenAIServer
+from router.openai_api.errors import from_router_error
+from router.openai_api.protocol import parse_chat
+
+
+class _NoServicer:
+    """The key check and body parsing come before any use of the servicer."""
+
+    scheduler = None
+
+
+def call(app, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
+        "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1234),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [({}, 401), ({"Authorization": "Bearer wrong"}, 401), ({"Authorization": "Bearer k1"}, 400)],
+)
+def test_key_checker(headers: dict[str, str], status: int) -> None:
+    server = OpenAIServer(_NoServicer(), "m", key_checker=lambda key: key == "k1")
+    got, body = call(server.app(), "/v1/chat/completions", b"{broken", headers)
+    assert got == status, body
+    want = "authentication_error" if status == 401 else "invalid_request_error"
+    assert body["error"]["type"] == want  # a good key gets as far as the JSON parser
+
+
+def test_router_errors_map_to_openai_statuses() -> None:
+    assert from_router_error(InvalidRequest("x")).status == 400
+    assert from_router_error(Overloaded("queue full")).status == 429
+    assert from_router_error(ServiceFailure("target died")).status == 503
+    assert from_router_error(Overloaded("q")).body()["error"]["type"] == "rate_limit_error"
+
+
+def test_chat_parameters_reach_the_grpc_request() -> None:
+    parsed = parse_chat({
+        "model": "m", "messages": [{"role": "developer", "content": [{"type": "text",
+                                                                     "text": "be brief"}]},
+                                   {"role": "user", "content": "hi"}],
+        "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": -1,
+        "stop": "END", "stream": True, "stream_options": {"include_usage": True},
+        "speculation": False, "top_k": 5,
+    })
+    g = parsed.generate
+    assert [(m.role, m.content) for m in g.messages.items] == [("system", "be brief"),
+                                                               ("user", "hi")]
+    s = g.sampling
+    assert (s.max_new_tokens, s.top_k, list(s.stop)) == (7, 5, ["END"])
+    assert s.temperature == pytest.approx(0.5) and s.top_p == pytest.approx(0.9)
+    assert s.seed == (1 << 64) - 1  # OpenAI's negative seeds wrap into uint64
+    assert g.speculation.HasField("enabled") and g.speculation.enabled is False
+    assert parsed.stream and parsed.include_usage
