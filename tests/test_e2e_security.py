@@ -183,17 +183,30 @@ def test_key_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> No
     assert "k3y" not in repr(RouterSecurity(api_key=b"k3y"))
 
 
-def test_the_http_api_takes_the_same_key(secure_stack: LocalStack) -> None:
-    import httpx
+def http_call(url: str, headers: dict[str, str], body: dict | None = None) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
 
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_http_api_takes_the_same_key(secure_stack: LocalStack) -> None:
     base = f"http://{secure_stack.http_address}"
     right = {"Authorization": f"Bearer {API_KEY}"}
-    models = httpx.get(f"{base}/v1/models", headers=right, timeout=TIMEOUT_S)
-    assert models.status_code == 200
-    body = {"model": models.json()["data"][0]["id"], "prompt": "hi", "max_tokens": 4}
+    status, models = http_call(f"{base}/v1/models", right)
+    assert status == 200
+    body = {"model": models["data"][0]["id"], "prompt": "hi", "max_tokens": 4}
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        refused = httpx.post(f"{base}/v1/completions", json=body, headers=headers, timeout=30)
-        assert refused.status_code == 401
-        assert refused.json()["error"]["type"] == "authentication_error"
-    done = httpx.post(f"{base}/v1/completions", json=body, headers=right, timeout=TIMEOUT_S)
-    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 4
+        status, refused = http_call(f"{base}/v1/completions", headers, body)
+        assert status == 401 and refused["error"]["type"] == "authentication_error"
+    status, done = http_call(f"{base}/v1/completions", right, body)
+    assert status == 200 and done["usage"]["completion_tokens"] == 4
