@@ -26,7 +26,7 @@ run: $(STAMP)
 	$(BIN)/splitspec serve --demo $(RUN_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=40
 
 protos: $(STAMP)
 	$(BIN)/python -m protos.build
