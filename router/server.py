@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router.config import RouterConfig
+from router.discovery import DraftDiscovery, split_host_port
 from router.draft_pool import DraftPool
 from router.kv_manager import KVManager
 from router.radix_cache import RadixCache
@@ -60,6 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a draft replica (repeat for several); none: target-only decoding",
     )
     parser.add_argument(
+        "--draft-dns",
+        action="append",
+        default=[],
+        type=_dns_name,
+        metavar="HOST:PORT",
+        help="a DNS name whose addresses are draft replicas, re-resolved while running "
+        "(a headless Service, a compose service); repeatable, combines with --draft",
+    )
+    parser.add_argument("--draft-dns-interval", type=float, default=5.0,
+                        help="seconds between lookups of each --draft-dns name")
+    parser.add_argument(
         "--speculate",
         choices=["on", "off"],
         default="on",
@@ -89,11 +101,21 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_new_tokens_limit=args.max_new_tokens_limit,
         rpc_timeout_s=args.rpc_timeout,
         draft_addresses=tuple(args.draft),
+        draft_dns=tuple(args.draft_dns),
+        draft_dns_interval_s=args.draft_dns_interval,
         speculate_by_default=args.speculate == "on",
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
         max_speculative_batch=args.max_speculative_batch,
     )
+
+
+def _dns_name(value: str) -> str:
+    try:
+        split_host_port(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def default_tokenizer_path() -> Path:
@@ -147,9 +169,11 @@ async def serve(config: RouterConfig) -> None:
         log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
                     config.max_step_tokens, info.max_batch_tokens)
         config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
-    lookahead = config.max_tree_tokens if config.draft_addresses else 0
+    drafts = config.draft_addresses or config.draft_dns
+    lookahead = config.max_tree_tokens if drafts else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
     pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s)
+    discoveries = [DraftDiscovery(pool, n, config.draft_dns_interval_s) for n in config.draft_dns]
     spec = Speculation(
         pool,
         target,
@@ -169,7 +193,8 @@ async def serve(config: RouterConfig) -> None:
     )
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
     generation_pb2_grpc.add_GenerationServicer_to_server(
-        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config)), server
+        GenerationServicer(scheduler, limits, model_info(info, tokenizer, config), discoveries),
+        server,
     )
     await add_health_and_reflection_aio(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
@@ -183,6 +208,7 @@ async def serve(config: RouterConfig) -> None:
         asyncio.create_task(scheduler.run()),
         asyncio.create_task(pool.probe_forever()),
         asyncio.create_task(server.wait_for_termination()),
+        *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:

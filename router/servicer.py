@@ -8,6 +8,7 @@ import grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from router.discovery import DraftDiscovery
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.request import Request
 from router.scheduler import Scheduler
@@ -22,10 +23,17 @@ _STATUS = {
 
 
 class GenerationServicer(generation_pb2_grpc.GenerationServicer):
-    def __init__(self, scheduler: Scheduler, limits: Limits, model_info: pb.ModelInfo) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        limits: Limits,
+        model_info: pb.ModelInfo,
+        discoveries: list[DraftDiscovery] | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.limits = limits
         self.model_info = model_info
+        self.discoveries = discoveries or []
 
     async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
         try:
@@ -74,9 +82,12 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                     method=r.info.method if r.info else "",
                     healthy=r.healthy,
                     num_requests=len(r.request_ids),
+                    source=r.source,
+                    error=r.error,
                 )
                 for r in s.spec.pool.replicas
             ],
+            draft_discovery=[d.status() for d in self.discoveries],
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:
