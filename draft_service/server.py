@@ -20,6 +20,7 @@ from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread
+from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
@@ -205,7 +206,8 @@ def serve(config: DraftConfig) -> None:
     servicer = DraftServicer(engine, draft_info(drafter, config), compute)
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "draft")
+    health = start_server(server, [SERVICE_NAME], address, "draft")
+    drain_on_sigterm(server, health, grace_s(5.0))
     log.info(
         "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
         drafter.method,

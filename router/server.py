@@ -25,6 +25,7 @@ from router.speculation import Speculation
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 from router.validation import Limits
+from splitspec.drain import drain_aio_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
 from splitspec.lifecycle import die_with_parent_if_asked
 
@@ -196,11 +197,12 @@ async def serve(config: RouterConfig) -> None:
         GenerationServicer(scheduler, limits, model_info(info, tokenizer, config), discoveries),
         server,
     )
-    await add_health_and_reflection_aio(server, [SERVICE_NAME])
+    health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
     address = f"{config.host}:{config.port}"
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"router: cannot bind {address}")
     await server.start()
+    drain_aio_on_sigterm(server, health, grace_s(30.0))
     log.info(
         "router serving on %s (target %s, %d slots)", address, config.target_address, info.num_slots
     )

@@ -20,19 +20,23 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str]) -> None:
-    """Registers grpc.health.v1 (every service SERVING) and reflection on a sync server."""
+def add_health_and_reflection(
+    server: grpc.Server, service_names: Iterable[str]
+) -> health.HealthServicer:
+    """Registers grpc.health.v1 (every service SERVING) and reflection on a sync server;
+    returns the health servicer (a drain turns it NOT_SERVING)."""
     names = list(service_names)
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ["", *names]:
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _add_reflection(server, names)
+    return servicer
 
 
 async def add_health_and_reflection_aio(
     server: grpc.aio.Server, service_names: Iterable[str]
-) -> None:
+) -> health_aio.HealthServicer:
     """The same for an asyncio server, whose health servicer is async."""
     names = list(service_names)
     servicer = health_aio.HealthServicer()
@@ -40,16 +44,18 @@ async def add_health_and_reflection_aio(
     for name in ["", *names]:
         await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _add_reflection(server, names)
+    return servicer
 
 
 def start_server(
     server: grpc.Server, service_names: Iterable[str], address: str, name: str
-) -> None:
+) -> health.HealthServicer:
     """Adds health + reflection, binds ``address`` (or exits saying why) and starts."""
-    add_health_and_reflection(server, service_names)
+    servicer = add_health_and_reflection(server, service_names)
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"{name}: cannot bind {address}")
     server.start()
+    return servicer
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:

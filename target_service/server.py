@@ -15,6 +15,7 @@ from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
+from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.paths import default_cache_dir
@@ -119,7 +120,8 @@ def serve(config: TargetConfig) -> None:
         TargetServicer(engine, target_info(engine), compute), server
     )
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "target")
+    health = start_server(server, [SERVICE_NAME], address, "target")
+    drain_on_sigterm(server, health, grace_s(5.0))
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
         engine.model_config.name,
