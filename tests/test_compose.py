@@ -34,7 +34,7 @@ if not ENABLED:
         "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
         allow_module_level=True,
     )
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1200)  # the first test also builds the images
 W = Path(os.environ.get("SPLITSPEC_CI_DIR", "/var/tmp/splitspec-ci"))
 PROJECT = "splitspec-it"
 IMAGES = ("localhost/splitspec-router:0.1.0", "localhost/splitspec-model:0.1.0")
@@ -71,7 +71,9 @@ def compose(*args: str, timeout: float = 300, check: bool = True) -> subprocess.
 
 def phase(*args: str) -> dict:
     """One checks.py phase in the tester service; its JSON line."""
+    started = time.monotonic()
     done = compose("--profile", "test", "run", "--rm", "tester", *args, check=False)
+    print(f"container test: phase {' '.join(args)}: {time.monotonic() - started:.0f} s")
     result = last_json(done.stdout)
     assert done.returncode == 0 and result.get("ok"), f"{args}: {done.stdout}\n{done.stderr}"
     return result
