@@ -22,6 +22,7 @@ from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread
+from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
@@ -207,7 +208,8 @@ def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
     servicer = DraftServicer(engine, draft_info(drafter, config), compute)
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "draft", tls)
+    health = start_server(server, [SERVICE_NAME], address, "draft", tls)
+    drain_on_sigterm(server, health, grace_s(5.0))
     log.info(
         "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
         drafter.method,

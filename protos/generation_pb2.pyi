@@ -181,19 +181,39 @@ class GetServerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DraftReplicaStatus(_message.Message):
-    __slots__ = ("address", "method", "healthy", "num_requests")
+    __slots__ = ("address", "method", "healthy", "num_requests", "source", "error")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     address: str
     method: str
     healthy: bool
     num_requests: int
-    def __init__(self, address: _Optional[str] = ..., method: _Optional[str] = ..., healthy: _Optional[bool] = ..., num_requests: _Optional[int] = ...) -> None: ...
+    source: str
+    error: str
+    def __init__(self, address: _Optional[str] = ..., method: _Optional[str] = ..., healthy: _Optional[bool] = ..., num_requests: _Optional[int] = ..., source: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class DraftDiscoveryStatus(_message.Message):
+    __slots__ = ("name", "addresses", "last_resolved_unix_s", "last_attempt_unix_s", "error", "num_lookups")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    LAST_RESOLVED_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_ATTEMPT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    NUM_LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    last_resolved_unix_s: float
+    last_attempt_unix_s: float
+    error: str
+    num_lookups: int
+    def __init__(self, name: _Optional[str] = ..., addresses: _Optional[_Iterable[str]] = ..., last_resolved_unix_s: _Optional[float] = ..., last_attempt_unix_s: _Optional[float] = ..., error: _Optional[str] = ..., num_lookups: _Optional[int] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas")
+    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery")
     NUM_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_FIELD_NUMBER: _ClassVar[int]
     NUM_TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +224,7 @@ class ServerStatus(_message.Message):
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     DRAFT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_DISCOVERY_FIELD_NUMBER: _ClassVar[int]
     num_running: int
     num_waiting: int
     num_total_slots: int
@@ -214,4 +235,5 @@ class ServerStatus(_message.Message):
     uptime_s: float
     speculation: SpeculationStats
     draft_replicas: _containers.RepeatedCompositeFieldContainer[DraftReplicaStatus]
-    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ...) -> None: ...
+    draft_discovery: _containers.RepeatedCompositeFieldContainer[DraftDiscoveryStatus]
+    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ...) -> None: ...

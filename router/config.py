@@ -20,6 +20,8 @@ class RouterConfig:
     reserve_block: int = 16  # slots reserved ahead per allocation, amortising allocator calls
     rpc_timeout_s: float = 120.0  # deadline of every call to a model service
     draft_addresses: tuple[str, ...] = ()  # draft replicas; none: target-only
+    draft_dns: tuple[str, ...] = ()  # host:port names re-resolved for draft replicas
+    draft_dns_interval_s: float = 5.0  # how often each name is looked up again
     speculate_by_default: bool = True  # requests may still switch it per call
     max_tree_tokens: int = 64  # most nodes (root included) of a verified tree; slots reserved ahead
     draft_timeout_s: float = 10.0  # deadline of drafter calls: a slow replica counts as lost

@@ -5,6 +5,8 @@ target-only and move to another replica after catch-up. A background probe bring
 recovered replica back (empty: requests re-ingest their context when assigned to it).
 A replica that only runs past its deadline is first suspected, not ejected: see
 router/replica_health.py. Releases a replica cannot take now are kept and sent once it answers.
+Replicas found by DNS (router.discovery) join through the same probe and leave like a
+failed replica, so a request never notices more than a few target-only steps.
 """
 
 from __future__ import annotations
@@ -22,10 +24,8 @@ from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.security import ClientTLS, aio_channel
 
 log = logging.getLogger("splitspec.router")
-
-
-class _NotServing(Exception):
-    pass
+DRAFT_SERVICE = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
+STATIC = "static"
 
 
 @dataclass(eq=False)
@@ -38,15 +38,25 @@ class DraftReplica:
     request_ids: set[str] = field(default_factory=set)
     health: ReplicaHealth = field(default_factory=ReplicaHealth)
     pending_releases: set[str] = field(default_factory=set)
+    source: str = STATIC  # or the DNS name it was found under
+    error: str = "not probed yet"  # why it is not serving; "" while healthy
 
     @property
     def usable(self) -> bool:
         return self.healthy and self.health.callable
 
     @classmethod
-    def connect(cls, address: str, tls: ClientTLS | None = None) -> DraftReplica:
+    def connect(
+        cls, address: str, tls: ClientTLS | None = None, source: str = STATIC
+    ) -> DraftReplica:
         channel = aio_channel(address, tls, CHANNEL_OPTIONS)
-        return cls(address, channel, draft_pb2_grpc.DraftModelStub(channel))
+        return cls(address, channel, draft_pb2_grpc.DraftModelStub(channel), source=source)
+
+    def set_error(self, error: str) -> None:
+        """Logs each new reason once (a probe repeats every second)."""
+        if error and error != self.error:
+            log.warning("draft replica %s (%s) not usable: %s", self.address, self.source, error)
+        self.error = error
 
 
 class DraftPool:
@@ -57,11 +67,33 @@ class DraftPool:
         probe_interval_s: float = 1.0,
         tls: ClientTLS | None = None,
     ) -> None:
-        self.replicas = [DraftReplica.connect(a, tls) for a in addresses]
+        self.tls = tls
         self.timeout_s = timeout_s
         self.probe_interval_s = probe_interval_s
-        for r in self.replicas:
-            r.health = ReplicaHealth(DeadlinePolicy(cap_s=timeout_s))
+        self.replicas: list[DraftReplica] = []
+        self._closing: set[asyncio.Task] = set()
+        for address in addresses:
+            self._join(DraftReplica.connect(address, tls))
+
+    def _join(self, replica: DraftReplica) -> DraftReplica:
+        replica.health = ReplicaHealth(DeadlinePolicy(cap_s=self.timeout_s))
+        self.replicas.append(replica)
+        return replica
+
+    def add(self, address: str, source: str) -> DraftReplica:
+        """A new replica; it serves requests once the probe finds it healthy."""
+        log.info("draft replica %s joins (from %s), probing it", address, source)
+        return self._join(DraftReplica.connect(address, self.tls, source))
+
+    def remove(self, replica: DraftReplica, reason: str) -> None:
+        """Out of the pool; its requests continue target-only and then move."""
+        self.mark_failed(replica, reason)
+        self.replicas.remove(replica)
+        log.info("draft replica %s leaves (%s)", replica.address, reason)
+        # Calls still in flight end or fail on their own deadline; then the channel goes.
+        task = asyncio.ensure_future(replica.channel.close(grace=self.timeout_s))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @property
     def healthy(self) -> list[DraftReplica]:
@@ -90,6 +122,7 @@ class DraftPool:
                 len(replica.request_ids),
             )
         replica.healthy = False
+        replica.error = reason
         if replica.health.state != OPEN:
             replica.health.trip()
         lost, replica.request_ids = replica.request_ids, set()
@@ -108,10 +141,14 @@ class DraftPool:
 
     async def probe_forever(self) -> None:
         while True:
-            due = [r for r in self.replicas if self._probe_due(r)]
-            await asyncio.gather(*(self._probe(r) for r in due))
+            await self.probe_once()
             # Short: a replica suspected between two rounds of probes waits at most this long.
             await asyncio.sleep(min(self.probe_interval_s, 0.25))
+
+    async def probe_once(self) -> None:
+        """Health-checks the replicas that are out of rotation or suspected."""
+        due = [r for r in list(self.replicas) if self._probe_due(r)]
+        await asyncio.gather(*(self._probe(r) for r in due))
 
     @staticmethod
     def _probe_due(replica: DraftReplica) -> bool:
@@ -119,23 +156,40 @@ class DraftPool:
         return never_seen or replica.health.wants_probe()
 
     async def _probe(self, replica: DraftReplica) -> None:
-        try:
-            stub = health_pb2_grpc.HealthStub(replica.channel)
-            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-            if reply.status != health_pb2.HealthCheckResponse.SERVING:
-                raise _NotServing()
-            info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
-            await self._flush_releases(replica)
-        except (grpc.aio.AioRpcError, _NotServing):
+        error = await self._check(replica)
+        if replica not in self.replicas:
+            return  # left while the probe ran
+        replica.set_error(error)
+        if error:
             if replica.health.state != CLOSED and replica.health.probe_failed() and replica.healthy:
                 self.mark_failed(replica, "suspected and not answering health checks")
             return
-        replica.info = info
         was_in = replica.healthy
         replica.health.probe_passed()
         replica.healthy = True
-        if not was_in:
-            log.info("draft replica %s (%s) is serving", replica.address, info.method)
+        if not was_in and replica.info is not None:
+            log.info("draft replica %s (%s) is serving", replica.address, replica.info.method)
+
+    async def _check(self, replica: DraftReplica) -> str:
+        """What keeps the address from serving drafts ("" for nothing). Asking for the draft
+        service's health by name tells a draft apart from any other gRPC server."""
+        stub = health_pb2_grpc.HealthStub(replica.channel)
+        request = health_pb2.HealthCheckRequest(service=DRAFT_SERVICE)
+        try:
+            reply = await stub.Check(request, timeout=1.0)
+        except grpc.aio.AioRpcError as err:
+            if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+                return f"not a draft service (health of {DRAFT_SERVICE}: {err.code().name})"
+            return f"unreachable ({err.code().name})"
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            return f"draft service not serving ({status})"
+        try:
+            replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
+            await self._flush_releases(replica)
+        except grpc.aio.AioRpcError as err:
+            return f"GetInfo or Release failed ({err.code().name})"
+        return ""
 
     async def _flush_releases(self, replica: DraftReplica) -> None:
         if replica.pending_releases:
@@ -161,4 +215,4 @@ class DraftPool:
             replica.pending_releases.add(request_id)  # soft state: sent with a later release
 
     async def close(self) -> None:
-        await asyncio.gather(*(r.channel.close() for r in self.replicas))
+        await asyncio.gather(*(r.channel.close() for r in self.replicas), *self._closing)

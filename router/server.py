@@ -16,6 +16,7 @@ from protos import generation_pb2_grpc, target_pb2
 from router import admission, auth, secure, shutdown
 from router.admission import AdmissionLimits
 from router.config import RouterConfig
+from router.discovery import DraftDiscovery, split_host_port
 from router.draft_pool import DraftPool
 from router.http_server import add_http_arguments, start_http
 from router.kv_manager import KVManager
@@ -65,6 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a draft replica (repeat for several); none: target-only decoding",
     )
     parser.add_argument(
+        "--draft-dns",
+        action="append",
+        default=[],
+        type=_dns_name,
+        metavar="HOST:PORT",
+        help="a DNS name whose addresses are draft replicas, re-resolved while running "
+        "(a headless Service, a compose service); repeatable, combines with --draft",
+    )
+    parser.add_argument("--draft-dns-interval", type=float, default=5.0,
+                        help="seconds between lookups of each --draft-dns name")
+    parser.add_argument(
         "--speculate",
         choices=["on", "off"],
         default="on",
@@ -97,6 +109,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_new_tokens_limit=args.max_new_tokens_limit,
         rpc_timeout_s=args.rpc_timeout,
         draft_addresses=tuple(args.draft),
+        draft_dns=tuple(args.draft_dns),
+        draft_dns_interval_s=args.draft_dns_interval,
         speculate_by_default=args.speculate == "on",
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
@@ -104,6 +118,14 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         http_port=args.http_port,
         served_model_name=args.served_model_name,
     )
+
+
+def _dns_name(value: str) -> str:
+    try:
+        split_host_port(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def default_tokenizer_path() -> Path:
@@ -163,9 +185,11 @@ async def serve(
         log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
                     config.max_step_tokens, info.max_batch_tokens)
         config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
-    lookahead = config.max_tree_tokens if config.draft_addresses else 0
+    drafts = config.draft_addresses or config.draft_dns
+    lookahead = config.max_tree_tokens if drafts else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
     pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s, tls=tls)
+    discoveries = [DraftDiscovery(pool, n, config.draft_dns_interval_s) for n in config.draft_dns]
     spec = Speculation(
         pool,
         target,
@@ -187,7 +211,9 @@ async def serve(
         options=admission.public_server_options(CHANNEL_OPTIONS, admit),
         interceptors=auth.interceptors(security.api_key),
     )
-    servicer = GenerationServicer(scheduler, limits, model_info(info, tokenizer, config), admit)
+    servicer = GenerationServicer(
+        scheduler, limits, model_info(info, tokenizer, config), admit, discoveries
+    )
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
     watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], lambda: KVManager(
@@ -209,6 +235,7 @@ async def serve(
         *start_http(servicer, config.host, config.http_port,
                     config.served_model_name or info.model_name,
                     key_checker=auth.key_checker(security.api_key)),
+        *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:

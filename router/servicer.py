@@ -9,6 +9,7 @@ import grpc
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
 from router.admission import AdmissionLimits, check_fields, check_prompt_len
+from router.discovery import DraftDiscovery
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.request import Request
 from router.scheduler import Scheduler
@@ -30,11 +31,13 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         limits: Limits,
         model_info: pb.ModelInfo,
         admit: AdmissionLimits | None = None,
+        discoveries: list[DraftDiscovery] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.limits = limits
         self.model_info = model_info
         self.admit = admit or AdmissionLimits()
+        self.discoveries = discoveries or []
 
     async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
         if isinstance(request, Unparsable):  # router/strict_parse.py
@@ -85,9 +88,12 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                     method=r.info.method if r.info else "",
                     healthy=r.healthy,
                     num_requests=len(r.request_ids),
+                    source=r.source,
+                    error=r.error,
                 )
                 for r in s.spec.pool.replicas
             ],
+            draft_discovery=[d.status() for d in self.discoveries],
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:

@@ -22,14 +22,18 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def add_health_and_reflection(server: grpc.Server, service_names: Iterable[str]) -> None:
-    """Registers grpc.health.v1 (every service SERVING) and reflection on a sync server."""
+def add_health_and_reflection(
+    server: grpc.Server, service_names: Iterable[str]
+) -> health.HealthServicer:
+    """Registers grpc.health.v1 (every service SERVING) and reflection on a sync server;
+    returns the health servicer (a drain turns it NOT_SERVING)."""
     names = list(service_names)
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ["", *names]:
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _add_reflection(server, names)
+    return servicer
 
 
 async def add_health_and_reflection_aio(
@@ -52,13 +56,14 @@ def start_server(
     address: str,
     name: str,
     tls: ServerTLS | None = None,
-) -> None:
+) -> health.HealthServicer:
     """Adds health + reflection, binds ``address`` (TLS when given; or exits saying why) and
-    starts."""
-    add_health_and_reflection(server, service_names)
+    starts; returns the health servicer (a drain turns it NOT_SERVING)."""
+    servicer = add_health_and_reflection(server, service_names)
     if bind(server, address, tls) == 0:
         raise SystemExit(f"{name}: cannot bind {address}")
     server.start()
+    return servicer
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:

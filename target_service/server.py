@@ -18,6 +18,7 @@ from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
+from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
@@ -170,7 +171,8 @@ def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
         TargetServicer(engine, target_info(engine), compute), server
     )
     address = f"{config.host}:{config.port}"
-    start_server(server, [SERVICE_NAME], address, "target", tls)
+    health = start_server(server, [SERVICE_NAME], address, "target", tls)
+    drain_on_sigterm(server, health, grace_s(5.0))
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
         engine.model_config.name,

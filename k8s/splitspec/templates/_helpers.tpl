@@ -1,0 +1,109 @@
+{{/* Names and labels. */}}
+{{- define "splitspec.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "splitspec.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "splitspec.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "splitspec.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* (dict "root" $ "component" "draft") */}}
+{{- define "splitspec.componentName" -}}
+{{- printf "%s-%s" (include "splitspec.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "splitspec.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "splitspec.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "splitspec.labels" -}}
+{{ include "splitspec.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end -}}
+
+{{/* The drafts' headless Service as the router resolves it: HOST:PORT. */}}
+{{- define "splitspec.draftDnsName" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "splitspec.componentName" (dict "root" . "component" "draft")) .Release.Namespace .Values.clusterDomain (int .Values.draft.port) -}}
+{{- end -}}
+
+{{- define "splitspec.targetAddress" -}}
+{{- printf "%s:%d" (include "splitspec.componentName" (dict "root" . "component" "target")) (int .Values.target.port) -}}
+{{- end -}}
+
+{{- define "splitspec.modelArgs" -}}
+{{- if .Values.model.path }} --model {{ .Values.model.path | quote }}{{ end -}}
+{{- end -}}
+
+{{/* Each service's flags, one shell-quoted line (read by the image's entrypoint). */}}
+{{- define "splitspec.routerArgs" -}}
+{{- $r := .Values.router -}}
+--host 0.0.0.0 --port {{ int $r.port }} --target {{ include "splitspec.targetAddress" . }}
+{{- include "splitspec.modelArgs" . }}
+{{- if .Values.draft.enabled }} --draft-dns {{ include "splitspec.draftDnsName" . }} --draft-dns-interval {{ $r.draftDnsInterval }} --speculate {{ $r.speculate }}{{ else }} --speculate off{{ end }}
+{{- if .Values.tls.enabled }} --tls-cert /etc/splitspec/tls/tls.crt --tls-key /etc/splitspec/tls/tls.key{{ end }}
+{{- if .Values.apiKey.enabled }} --api-key-file /etc/splitspec/api-key/api-key{{ end }}
+{{- range .Values.monitoring.routerArgs }} {{ . | quote }}{{ end }}
+{{- range $r.extraArgs }} {{ . | quote }}{{ end }}
+{{- end -}}
+
+{{- define "splitspec.targetArgs" -}}
+{{- $t := .Values.target -}}
+--host 0.0.0.0 --port {{ int $t.port }} --device {{ $t.device }} --dtype {{ $t.dtype }} --num-slots {{ int $t.numSlots }}
+{{- include "splitspec.modelArgs" . }}
+{{- range $t.extraArgs }} {{ . | quote }}{{ end }}
+{{- end -}}
+
+{{- define "splitspec.draftArgs" -}}
+{{- $d := .Values.draft -}}
+--host 0.0.0.0 --port {{ int $d.port }} --method {{ $d.method }} --device {{ $d.device }} --dtype {{ $d.dtype }} --threads {{ int $d.threads }} --num-steps {{ int $d.numSteps }} --topk {{ int $d.topk }} --num-draft-tokens {{ int $d.numDraftTokens }}
+{{- include "splitspec.modelArgs" . }}
+{{- if $d.eagleHead }} --eagle-head {{ $d.eagleHead | quote }}{{ end }}
+{{- range $d.extraArgs }} {{ . | quote }}{{ end }}
+{{- end -}}
+
+{{/* Native gRPC probes (numeric ports: a named port fails the API schema). */}}
+{{- define "splitspec.probes" -}}
+{{- $port := int .spec.port -}}
+{{- /* kubelet's gRPC probe speaks plaintext only: with TLS the port is probed by TCP */ -}}
+{{- if and (eq .component "router") .root.Values.tls.enabled -}}
+startupProbe:
+  tcpSocket: {port: {{ $port }}}
+  periodSeconds: {{ .spec.startupProbe.periodSeconds }}
+  failureThreshold: {{ .spec.startupProbe.failureThreshold }}
+readinessProbe:
+  tcpSocket: {port: {{ $port }}}
+  periodSeconds: 5
+livenessProbe:
+  tcpSocket: {port: {{ $port }}}
+  periodSeconds: 10
+  failureThreshold: 3
+{{- else -}}
+startupProbe:
+  grpc: {port: {{ $port }}}
+  periodSeconds: {{ .spec.startupProbe.periodSeconds }}
+  failureThreshold: {{ .spec.startupProbe.failureThreshold }}
+readinessProbe:
+  grpc: {port: {{ $port }}, service: {{ .service }}}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  grpc: {port: {{ $port }}}
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+{{- end }}
+{{- end -}}
+
+{{- define "splitspec.image" -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}

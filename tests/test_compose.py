@@ -1,0 +1,239 @@
+"""The compose stack in real containers (podman, images built from scratch, no registry).
+
+Builds the base image with debootstrap and both images from deploy/Containerfile (the
+wheelhouse: no PyPI in the build), starts docker-compose.yml with podman-compose and three
+draft replicas, then, with the router running throughout: greedy output with speculation
+equals target-only; drafts scale 3 -> 1 -> 2 and the router follows through DNS, requests
+landing on the new replicas; a draft container is SIGKILLed during 20 concurrent greedy streams,
+none fails and none changes. The checks run inside the compose network (tests/compose/checks.py,
+the `tester` service); this driver scales, kills and reads their JSON.
+
+Runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1, as root with podman installed
+(.ci/run installs it); there a missing podman fails the test instead of skipping it.
+SPLITSPEC_REUSE_IMAGES=1 skips the build when the images exist (local iteration only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from splitspec.launcher import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+ENABLED = os.environ.get("CI") == "true" or os.environ.get("SPLITSPEC_CONTAINER_TESTS") == "1"
+if not ENABLED:
+    pytest.skip(
+        "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
+        allow_module_level=True,
+    )
+pytestmark = pytest.mark.timeout(1200)  # the first test also builds the images
+W = Path(os.environ.get("SPLITSPEC_CI_DIR", "/var/tmp/splitspec-ci"))
+PROJECT = "splitspec-it"
+IMAGES = ("localhost/splitspec-router:0.1.0", "localhost/splitspec-model:0.1.0")
+NUM_STREAMS = 20
+
+
+def podman_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "CONTAINERS_CONF": str(W / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(W / "storage.conf"),
+    }
+
+
+def run(*cmd: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def compose(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    return run(
+        str(W / "venv" / "bin" / "podman-compose"),
+        "-p",
+        PROJECT,
+        *args,
+        timeout=timeout,
+        check=check,
+    )
+
+
+def phase(*args: str) -> dict:
+    """One checks.py phase in the tester service; its JSON line."""
+    started = time.monotonic()
+    done = compose("--profile", "test", "run", "--rm", "tester", *args, check=False)
+    print(f"container test: phase {' '.join(args)}: {time.monotonic() - started:.0f} s")
+    result = last_json(done.stdout)
+    assert done.returncode == 0 and result.get("ok"), f"{args}: {done.stdout}\n{done.stderr}"
+    return result
+
+
+def last_json(text: str) -> dict:
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def drafts() -> list[str]:
+    out = run(
+        "podman",
+        "ps",
+        "--filter",
+        "status=running",
+        "--filter",
+        f"label=com.docker.compose.project={PROJECT}",
+        "--filter",
+        "label=com.docker.compose.service=draft",
+        "--format",
+        "{{.Names}}",
+    )
+    return sorted(out.stdout.split())
+
+
+def address(container: str) -> str:
+    ip = run(
+        "podman",
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        container,
+    ).stdout.strip()
+    return f"{ip}:50071"
+
+
+def scale(count: int) -> None:
+    """`up --scale` adds replicas; podman-compose 1.6 never removes any, so extras are stopped
+    (SIGTERM: they drain) and removed newest first, as Docker Compose scales down."""
+    running = sorted(drafts(), key=lambda n: int(n.rsplit("_", 1)[1]))
+    if count > len(running):
+        compose("up", "-d", "--scale", f"draft={count}", "draft")
+    for name in running[count:]:
+        run("podman", "stop", "-t", "10", name)
+        run("podman", "rm", name)
+    assert len(drafts()) == count, drafts()
+
+
+def remove_project() -> None:
+    compose("down", "-t", "1", check=False)
+    # down knows only the compose file's replica count; scaled ones go by label.
+    left = run(
+        "podman",
+        "ps",
+        "-aq",
+        "--filter",
+        f"label=com.docker.compose.project={PROJECT}",
+        check=False,
+    ).stdout.split()
+    if left:
+        run("podman", "rm", "-f", "-t", "1", *left, check=False)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[None]:
+    if shutil.which("podman") is None:
+        pytest.fail("podman is not installed (.ci/run installs it: deploy/ci/install-podman.sh)")
+    started = time.monotonic()
+    if not (os.environ.get("SPLITSPEC_REUSE_IMAGES") == "1" and images_exist()):
+        run(str(ROOT / "deploy" / "ci" / "build-images.sh"), timeout=600)
+    built = time.monotonic()
+    remove_project()  # leftovers of an interrupted run
+    compose("up", "-d", "--scale", "draft=3", "target", "draft", "router")
+    try:
+        yield
+    except BaseException:
+        print(compose("logs", check=False).stdout[-20000:])
+        raise
+    finally:
+        stack_s = time.monotonic() - built
+        print(f"container test: images {built - started:.0f} s, stack {stack_s:.0f} s")
+        remove_project()
+
+
+def images_exist() -> bool:
+    return all(run("podman", "image", "exists", i, check=False).returncode == 0 for i in IMAGES)
+
+
+def test_router_image_has_no_torch_and_runs_as_non_root(stack) -> None:
+    router, model = IMAGES
+    probe = run(
+        "podman", "run", "--rm", "--entrypoint", "python", router, "-c", "import torch", check=False
+    )
+    assert probe.returncode != 0 and "No module named 'torch'" in probe.stderr
+    for image in IMAGES:
+        assert (
+            run("podman", "image", "inspect", "-f", "{{.Config.User}}", image).stdout.strip()
+            == "10001"
+        )
+
+
+def test_greedy_output_equals_target_only(stack) -> None:
+    assert len(phase("wait-drafts", "3")["healthy"]) == 3
+    assert phase("greedy-equality")["accepted_tokens"] > 0
+
+
+def test_scaling_3_1_2_is_followed_without_a_restart(stack) -> None:
+    router_id = run("podman", "inspect", "-f", "{{.Id}}", f"{PROJECT}_router_1").stdout
+    before = set(drafts())
+    scale(1)
+    (kept,) = drafts()
+    assert phase("wait-drafts", "1")["healthy"] == [address(kept)]
+    scale(2)
+    (new,) = set(drafts()) - {kept}
+    assert phase("wait-drafts", "2")["healthy"] == sorted([address(kept), address(new)])
+    held = phase("spread")["held_requests"]
+    assert address(new) in held, "requests never landed on the new replica"
+    assert run("podman", "inspect", "-f", "{{.Id}}", f"{PROJECT}_router_1").stdout == router_id
+    assert before  # three replicas ran before the scale-down
+
+
+def test_killing_a_draft_during_20_streams_fails_nothing(stack) -> None:
+    phase("wait-drafts", "2")
+    name = f"{PROJECT}-kill-streams"
+    run("podman", "rm", "-f", name, check=False)
+    compose(
+        "--profile", "test", "run", "-d", "--name", name, "tester", "kill-streams", str(NUM_STREAMS)
+    )
+    try:
+        wait_for_log(name, "STREAMS-RUNNING", timeout_s=300)
+        victim = drafts()[0]
+        victim_address = address(victim)  # gone with its network once killed
+        run("podman", "kill", "--signal", "KILL", victim)
+        state = run("podman", "inspect", "-f", "{{.State.Running}}", name).stdout.strip()
+        assert state == "true", "the streams ended before the kill: nothing was tested"
+        code = run("podman", "wait", name, timeout=300).stdout.strip()
+        logs = run("podman", "logs", name).stdout
+        result = last_json(logs)
+        assert code == "0" and result.get("ok"), logs
+        assert victim_address not in result["healthy_after"]
+    finally:
+        run("podman", "rm", "-f", name, check=False)
+
+
+def wait_for_log(container: str, marker: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        logs = run("podman", "logs", container, check=False)
+        if marker in logs.stdout:
+            return
+        if (
+            run(
+                "podman", "inspect", "-f", "{{.State.Running}}", container, check=False
+            ).stdout.strip()
+            == "false"
+        ):
+            raise AssertionError(f"{container} ended before {marker}:\n{logs.stdout}{logs.stderr}")
+        time.sleep(0.1)
+    raise TimeoutError(f"no {marker} from {container} in {timeout_s} s")
+
+
+ENV = podman_env() | {"ROUTER_PORT": str(free_ports(1)[0])}

@@ -1,0 +1,263 @@
+"""The Helm chart (k8s/splitspec): lint, render and validate, then assert on what it renders.
+
+Helm itself runs in-process (helm-python-sdk: the Helm v4 Go library, no binary); every
+rendered object is validated strictly against the Kubernetes 1.30 API schemas
+(kubernetes-validate). The ServiceMonitor is a prometheus-operator CRD, not in those schemas,
+so its fields are asserted here instead. The flags the chart renders for each service are
+parsed by that service's own argument parser, so a renamed flag fails here, not in a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm  # dev dependencies: a missing one fails, never skips
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "k8s" / "splitspec"
+PROFILES = {p.stem: p for p in sorted((ROOT / "k8s" / "profiles").glob("*.yaml"))}
+KUBE = "1.30.0"
+NAMESPACE = "serving"
+RELEASE = "demo"
+GRPC_SERVICES = {
+    "router": "splitspec.v1.Generation",
+    "target": "splitspec.target.v1.TargetModel",
+    "draft": "splitspec.draft.v1.DraftModel",
+}
+CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+Objects = dict[tuple[str, str], dict[str, Any]]
+
+
+def profile(name: str) -> dict[str, Any]:
+    return yaml.safe_load(PROFILES[name].read_text())
+
+
+def render(values: dict[str, Any]) -> Objects:
+    chart = helm.Chart.load(str(CHART))
+    try:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    finally:
+        chart.close()
+    objects: Objects = {}
+    for path, text in manifests.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                key = (doc["kind"], doc["metadata"]["name"])
+                assert key not in objects, f"{key} rendered twice"
+                objects[key] = doc
+    return objects
+
+
+def name(component: str) -> str:
+    return f"{RELEASE}-splitspec-{component}"
+
+
+def container(objects: Objects, component: str) -> dict[str, Any]:
+    (c,) = objects["Deployment", name(component)]["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def service_args(objects: Objects, component: str) -> list[str]:
+    """The flags a pod's entrypoint reads: the ConfigMap key its env names."""
+    c = container(objects, component)
+    env = {e["name"]: e["value"] for e in c["env"]}
+    path = Path(env["SPLITSPEC_ARGS_FILE"])
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == str(path.parent))
+    pod = objects["Deployment", name(component)]["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    data = objects["ConfigMap", volume["configMap"]["name"]]["data"]
+    return shlex.split(data[path.name])
+
+
+def flag(args: list[str], name_: str) -> str:
+    return args[args.index(name_) + 1]
+
+
+@pytest.fixture(scope="module", params=sorted(PROFILES))
+def profile_objects(request) -> tuple[str, Objects]:
+    return request.param, render(profile(request.param))
+
+
+def test_three_profiles_are_shipped() -> None:
+    assert set(PROFILES) == {"cpu", "gpu-target-ngram-drafts", "gpu-eagle-drafts-hpa"}
+
+
+@pytest.mark.parametrize("name_", sorted(PROFILES))
+def test_lint_is_clean(name_: str) -> None:
+    report = helm.lint(str(CHART), profile(name_), strict=True, kube_version=f"v{KUBE}")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_every_object_validates_against_kubernetes_1_30(profile_objects) -> None:
+    _, objects = profile_objects
+    kinds = {kind for kind, _ in objects}
+    assert {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} <= kinds
+    for obj in objects.values():
+        if (obj["apiVersion"], obj["kind"]) not in CRDS:
+            kubernetes_validate.validate(obj, KUBE, strict=True)
+
+
+def test_validation_catches_a_named_probe_port() -> None:
+    """The check above can fail: the schema wants numeric gRPC probe ports."""
+    deployment = render({})["Deployment", name("draft")]
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["port"] = (
+        "grpc"
+    )
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE, strict=True)
+
+
+def test_probes_are_native_grpc_on_numeric_ports(profile_objects) -> None:
+    _, objects = profile_objects
+    for component, service in GRPC_SERVICES.items():
+        c = container(objects, component)
+        (port,) = [p["containerPort"] for p in c["ports"] if p["name"] == "grpc"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["grpc"]["port"] == port, (component, probe)
+        assert c["readinessProbe"]["grpc"]["service"] == service
+        assert "service" not in c["livenessProbe"]["grpc"]  # overall health, as liveness
+        startup = c["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # model load
+
+
+def test_router_resolves_the_drafts_headless_service(profile_objects) -> None:
+    _, objects = profile_objects
+    headless = objects["Service", name("draft")]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is False
+    pod_labels = objects["Deployment", name("draft")]["spec"]["template"]["metadata"]["labels"]
+    assert headless["selector"].items() <= pod_labels.items()
+    (port,) = headless["ports"]
+    args = service_args(objects, "router")
+    host = f"{name('draft')}.{NAMESPACE}.svc.cluster.local"
+    assert flag(args, "--draft-dns") == f"{host}:{port['port']}"
+    assert port["targetPort"] == int(flag(service_args(objects, "draft"), "--port"))
+    target = objects["Service", name("target")]["spec"]["ports"][0]["port"]
+    assert flag(args, "--target") == f"{name('target')}:{target}"
+
+
+def test_drafts_scale_independently_of_the_target(profile_objects) -> None:
+    profile_name, objects = profile_objects
+    values = profile(profile_name)
+    target = objects["Deployment", name("target")]["spec"]
+    draft = objects["Deployment", name("draft")]["spec"]
+    assert target["replicas"] == 1 and target["strategy"]["type"] == "Recreate"
+    assert draft["selector"] != target["selector"]
+    hpa = objects.get(("HorizontalPodAutoscaler", name("draft")))
+    if values["draft"].get("autoscaling", {}).get("enabled"):
+        assert "replicas" not in draft, "the HPA owns the draft replica count"
+        assert hpa["spec"]["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": name("draft"),
+        }
+        assert hpa["spec"]["minReplicas"] >= 1  # never zero: nothing would scale it back
+    else:
+        assert hpa is None and draft["replicas"] == values["draft"]["replicas"]
+    pdbs = {n for kind, n in objects if kind == "PodDisruptionBudget"}
+    assert pdbs == {name(c) for c in GRPC_SERVICES}
+
+
+def test_gpu_requests_follow_the_profile(profile_objects) -> None:
+    profile_name, objects = profile_objects
+    values = profile(profile_name)
+    for component in ("target", "draft"):
+        limits = container(objects, component)["resources"]["limits"]
+        gpus = values[component].get("gpus", 0)
+        assert limits.get("nvidia.com/gpu", 0) == gpus, component
+        device = flag(service_args(objects, component), "--device")
+        assert device == ("cuda" if gpus else "cpu")
+    assert "nvidia.com/gpu" not in container(objects, "router")["resources"].get("limits", {})
+    draft_args = service_args(objects, "draft")
+    assert flag(draft_args, "--method") == values["draft"]["method"]
+
+
+def test_pods_run_as_non_root_with_a_read_only_root(profile_objects) -> None:
+    _, objects = profile_objects
+    for component in GRPC_SERVICES:
+        pod = objects["Deployment", name(component)]["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        c = container(objects, component)
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/tmp", "/var/cache/splitspec"}
+
+
+def _parser(add_arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser)
+    return parser
+
+
+def test_rendered_flags_parse_in_each_service(profile_objects) -> None:
+    from draft_service.server import add_arguments as draft_arguments
+    from router.server import add_arguments as router_arguments
+    from target_service.server import add_arguments as target_arguments
+
+    _, objects = profile_objects
+    parsers = {"router": router_arguments, "target": target_arguments, "draft": draft_arguments}
+    for component, add in parsers.items():
+        args = service_args(objects, component)
+        parsed = _parser(add).parse_args(args)
+        assert parsed.host == "0.0.0.0", component
+
+
+def test_without_drafts_the_router_decodes_target_only() -> None:
+    objects = render({"draft": {"enabled": False}})
+    assert not [k for k in objects if k[1] == name("draft")]
+    args = service_args(objects, "router")
+    assert "--draft-dns" not in args and flag(args, "--speculate") == "off"
+
+
+def test_tls_api_key_and_monitoring() -> None:
+    values = {
+        "tls": {"enabled": True, "cert": "CERT", "key": "KEY"},
+        "apiKey": {"enabled": True, "value": "sekrit"},
+        "monitoring": {"serviceMonitor": {"enabled": True, "port": 8000}},
+    }
+    objects = render(values)
+    for obj in objects.values():
+        if (obj["apiVersion"], obj["kind"]) not in CRDS:
+            kubernetes_validate.validate(obj, KUBE, strict=True)
+    assert objects["Secret", f"{RELEASE}-splitspec-tls"]["type"] == "kubernetes.io/tls"
+    assert "api-key" in objects["Secret", f"{RELEASE}-splitspec-api-key"]["data"]
+    args = service_args(objects, "router")
+    assert flag(args, "--tls-cert") == "/etc/splitspec/tls/tls.crt"
+    assert flag(args, "--api-key-file") == "/etc/splitspec/api-key/api-key"
+    router = container(objects, "router")
+    assert {"/etc/splitspec/tls", "/etc/splitspec/api-key"} <= {
+        m["mountPath"] for m in router["volumeMounts"]
+    }
+    assert "tcpSocket" in router["readinessProbe"], "kubelet's gRPC probe cannot speak TLS"
+    assert "grpc" in container(objects, "target")["readinessProbe"]
+    monitor = objects["ServiceMonitor", name("router")]["spec"]
+    service = objects["Service", name("router")]
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_security_values_without_material_are_refused() -> None:
+    with pytest.raises(helm.HelmError, match="tls.cert"):
+        render({"tls": {"enabled": True}})
+
+
+@pytest.mark.parametrize(
+    "values, where",
+    [
+        ({"router": {"replicas": 2}}, "/router/replicas"),
+        ({"target": {"port": "grpc"}}, "/target/port"),
+        ({"draft": {"method": "medusa"}}, "/draft/method"),
+        ({"draft": {"replica": 3}}, "replica"),
+    ],
+)
+def test_the_values_schema_refuses_bad_values(values: dict, where: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=where):
+        render(values)
