@@ -46,3 +46,17 @@ def test_no_router_module_imports_torch() -> None:
         m for m in report["loaded"] if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)
     ]
     assert not leaked, f"importing router/ loaded {leaked[:10]}"
+
+
+def test_the_router_image_installs_every_router_dependency() -> None:
+    """deploy/requirements-router.txt (the router image) lists each torch-free dependency."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    model_side = ("torch", "transformers", "accelerate", "safetensors")
+    wanted = {d for d in deps if not d.startswith(model_side)}
+    lines = (root / "deploy" / "requirements-router.txt").read_text().splitlines()
+    listed = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    assert wanted <= listed, f"missing from the router image: {sorted(wanted - listed)}"
