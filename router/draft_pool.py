@@ -66,8 +66,10 @@ class DraftPool:
         timeout_s: float,
         probe_interval_s: float = 1.0,
         tls: ClientTLS | None = None,
+        deadline_floor_s: float = 0.005,
     ) -> None:
         self.tls = tls
+        self.deadline_floor_s = min(deadline_floor_s, timeout_s)
         self.timeout_s = timeout_s
         self.probe_interval_s = probe_interval_s
         self.replicas: list[DraftReplica] = []
@@ -76,7 +78,8 @@ class DraftPool:
             self._join(DraftReplica.connect(address, tls))
 
     def _join(self, replica: DraftReplica) -> DraftReplica:
-        replica.health = ReplicaHealth(DeadlinePolicy(cap_s=self.timeout_s))
+        policy = DeadlinePolicy(floor_s=self.deadline_floor_s, cap_s=self.timeout_s)
+        replica.health = ReplicaHealth(policy)
         self.replicas.append(replica)
         return replica
 

@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most nodes of a verified tree; larger trees are cut",
     )
     parser.add_argument("--draft-timeout", type=float, default=10.0)
+    parser.add_argument(
+        "--max-catch-up-per-step", type=int, default=4,
+        help="requests whose drafter is caught up (context re-ingested) in one step at most",
+    )  # fmt: skip
+    parser.add_argument(
+        "--draft-deadline-floor", type=float, default=0.005,
+        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never shorter",
+    )  # fmt: skip
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")
     secure.add_arguments(parser)
@@ -114,6 +122,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         speculate_by_default=args.speculate == "on",
         max_tree_tokens=args.max_tree_tokens,
         draft_timeout_s=args.draft_timeout,
+        draft_deadline_floor_s=args.draft_deadline_floor,
+        max_catch_up_per_step=args.max_catch_up_per_step,
         max_speculative_batch=args.max_speculative_batch,
         http_port=args.http_port,
         served_model_name=args.served_model_name,
@@ -188,7 +198,10 @@ async def serve(
     drafts = config.draft_addresses or config.draft_dns
     lookahead = config.max_tree_tokens if drafts else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
-    pool = DraftPool(list(config.draft_addresses), config.draft_timeout_s, tls=tls)
+    pool = DraftPool(
+        list(config.draft_addresses), config.draft_timeout_s, tls=tls,
+        deadline_floor_s=config.draft_deadline_floor_s,
+    )  # fmt: skip
     discoveries = [DraftDiscovery(pool, n, config.draft_dns_interval_s) for n in config.draft_dns]
     spec = Speculation(
         pool,
@@ -199,6 +212,7 @@ async def serve(
         vocab_size=info.vocab_size,
         max_context=info.max_context_length,
         max_verify_tokens=info.max_batch_tokens,
+        max_catch_up_per_step=config.max_catch_up_per_step,
     )
     scheduler = Scheduler(config, tokenizer, target, kv, spec)
     limits = Limits(

@@ -46,8 +46,10 @@ class Speculation:
         vocab_size: int,
         max_context: int,
         max_verify_tokens: int,
+        max_catch_up_per_step: int = MAX_CATCH_UP_PER_STEP,
     ) -> None:
         self.pool = pool
+        self.max_catch_up_per_step = max_catch_up_per_step
         self.target = target
         self.kv = kv
         self.default_on = default_on
@@ -206,7 +208,7 @@ class Speculation:
     async def catch_up(self, reqs: list[Request]) -> None:
         # A bounded number per step: when a replica is ejected, its requests move to the others
         # over a few steps instead of one step re-ingesting all of them (the others wait).
-        await asyncio.gather(*(self._sync(r) for r in reqs[:MAX_CATCH_UP_PER_STEP]))
+        await asyncio.gather(*(self._sync(r) for r in reqs[: self.max_catch_up_per_step]))
 
     async def _sync(self, req: Request) -> None:
         if req.replica is not None and not req.replica.usable:

@@ -35,7 +35,12 @@ NUM_PROMPTS = 50
 MAX_NEW_CHOICES = (1, 2, 5, 12, 24, 32, 48, 64)
 NUM_CUT_CASES = 6
 NUM_SAMPLED = 8  # sampled requests mixed into the first batch: verify batches mix both kinds
-ROUTER_ARGS = ["--max-running", "256"]
+# The block-cutting tests replay a run's verified blocks. A replica skipped for a missed adaptive
+# deadline (a busy CI machine), or a request whose drafter catches up a step later than in the
+# first run, would move where the blocks fall: long deadlines, and every catch-up at once.
+ROUTER_ARGS = [
+    "--max-running", "256", "--draft-deadline-floor", "5", "--max-catch-up-per-step", "256",
+]  # fmt: skip
 TARGET_ARGS = ["--num-slots", "65536"]
 # Per drafter: the replica's arguments and the router's --max-speculative-batch. The oracle
 # stack starts above its limit (all target-only), then speculates once requests finish: its
