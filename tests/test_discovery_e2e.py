@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from splitspec.launcher import LocalStack, ServiceProcess, free_ports, python_module
+from splitspec.launcher import LocalStack
+from tests.helpers.processes import ngram_draft_process
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     FP64,
     START_TIMEOUT_S,
@@ -42,13 +43,8 @@ def wait_for(predicate, timeout_s: float, what: str):
 def test_dns_found_draft_joins_and_bad_sources_fail_nothing(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    (port,) = free_ports(1)
-    draft = ServiceProcess(
-        "draft",
-        python_module("draft_service", "--method", "ngram", "--port", str(port)),
-        f"127.0.0.1:{port}",
-        tmp_path / "draft.log",
-    )
+    draft = ngram_draft_process(tmp_path / "draft.log")
+    port = int(draft.address.rsplit(":", 1)[1])
     dns_args = ["--draft-dns", f"localhost:{port}", "--draft-dns", MISSING]
     stack = LocalStack(
         ["--model", str(tiny_model_dir), *FP64, "--threads", "1"],

@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from protos import generation_pb2 as pb
-from splitspec.launcher import LocalStack, ServiceProcess, free_ports, python_module
+from splitspec.launcher import LocalStack
+from tests.helpers.processes import ngram_draft_process
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     FP64,
     START_TIMEOUT_S,
@@ -30,13 +31,7 @@ MAX_NEW = 600
 
 
 def test_an_idle_draft_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
-    draft = ServiceProcess(
-        "draft",
-        python_module("draft_service", "--method", "ngram", "--port", str(port)),
-        f"127.0.0.1:{port}",
-        tmp_path / "draft.log",
-    )
+    draft = ngram_draft_process(tmp_path / "draft.log")
     draft.start()
     try:
         draft.wait_healthy(START_TIMEOUT_S)
