@@ -84,9 +84,7 @@ def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_mul(
-    gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor | None = None
-) -> torch.Tensor:
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     gate, up = gate.contiguous(), up.contiguous()
     out = torch.empty_like(gate) if out is None else out
     n = gate.numel()

@@ -50,7 +50,8 @@ class PoolTable:
 
     def built_for(self, pools: Sequence[Tensor]) -> bool:
         return len(pools) == len(self.pools) and all(
-            ref() is pool for ref, pool in zip(self.pools, pools, strict=True))
+            ref() is pool for ref, pool in zip(self.pools, pools, strict=True)
+        )
 
     def base(self, pools: Sequence[Tensor]) -> Tensor:
         return pools[self.base_index].reshape(-1).view(torch.uint8).view(self.word)
@@ -63,8 +64,13 @@ _tables: OrderedDict[tuple[int, ...], PoolTable] = OrderedDict()
 
 @triton.jit
 def _compact_kernel(
-    base_ptr, table_ptr, slots_ptr, path_ptr, num_nodes,
-    BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr,
+    base_ptr,
+    table_ptr,
+    slots_ptr,
+    path_ptr,
+    num_nodes,
+    BLOCK_J: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     entry = tl.program_id(0).to(tl.int64) * 4
     tree = tl.program_id(1).to(tl.int64) * num_nodes
@@ -112,8 +118,13 @@ def compact_accepted(
     grid = (table.entries.shape[0], num_req)
     with on_device(path):
         _compact_kernel[grid](
-            table.base(pools), table.entries, node_slots.contiguous(), path.contiguous(), num_nodes,
-            BLOCK_J=PATH_ROUND, BLOCK_C=table.block_cols,
+            table.base(pools),
+            table.entries,
+            node_slots.contiguous(),
+            path.contiguous(),
+            num_nodes,
+            BLOCK_J=PATH_ROUND,
+            BLOCK_C=table.block_cols,
             num_warps=warps_for(PATH_ROUND * table.block_cols),
         )
 
@@ -144,8 +155,11 @@ def _build_table(pools: Sequence[Tensor]) -> PoolTable:
     base = pools[base_index].data_ptr()
     row_bytes = {i: pools[i][0].numel() * pools[i].element_size() for i in filled}
     gaps = {i: pools[i].data_ptr() - base for i in filled}
-    word = next(w for w in WORD_DTYPES
-                if all(n % w == 0 for n in [*row_bytes.values(), *gaps.values(), base]))
+    word = next(
+        w
+        for w in WORD_DTYPES
+        if all(n % w == 0 for n in [*row_bytes.values(), *gaps.values(), base])
+    )
     widest = max(row_bytes.values(), default=word) // word
     block_cols = min(triton.next_power_of_2(widest), COPY_TILE // PATH_ROUND)
     entries = [

@@ -21,7 +21,11 @@ from kernels.tree_compact import compact_accepted, on_device, warps_for
 from kernels.tree_reference import Acceptance, TreeMask
 
 __all__ = [
-    "INTERPRETED", "compact_accepted", "greedy_accept_path", "tree_mask_and_positions", "warps_for"
+    "INTERPRETED",
+    "compact_accepted",
+    "greedy_accept_path",
+    "tree_mask_and_positions",
+    "warps_for",
 ]
 
 # The ancestor kernel holds a [rows, BLOCK_N] tile in registers; this caps its size.
@@ -30,8 +34,15 @@ MASK_TILE = 4096
 
 @triton.jit
 def _tree_mask_kernel(
-    parents_ptr, valid_ptr, start_ptr, anc_ptr, depth_ptr, pos_ptr, num_nodes,
-    BLOCK_I: tl.constexpr, BLOCK_N: tl.constexpr,
+    parents_ptr,
+    valid_ptr,
+    start_ptr,
+    anc_ptr,
+    depth_ptr,
+    pos_ptr,
+    num_nodes,
+    BLOCK_I: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     # Every row i walks up its parent chain at once; the walk marks each node it visits.
     batch = tl.program_id(0).to(tl.int64)
@@ -86,16 +97,30 @@ def tree_mask_and_positions(
     grid = (num_req, triton.cdiv(num_nodes, block_i))
     with on_device(parents):
         _tree_mask_kernel[grid](
-            parents.contiguous(), _bytes(valid), start_pos.contiguous(),
-            out.ancestors.view(torch.uint8), out.depths, out.positions, num_nodes,
-            BLOCK_I=block_i, BLOCK_N=block_n, num_warps=warps_for(block_i * block_n),
+            parents.contiguous(),
+            _bytes(valid),
+            start_pos.contiguous(),
+            out.ancestors.view(torch.uint8),
+            out.depths,
+            out.positions,
+            num_nodes,
+            BLOCK_I=block_i,
+            BLOCK_N=block_n,
+            num_warps=warps_for(block_i * block_n),
         )
     return out
 
 
 @triton.jit
 def _greedy_path_kernel(
-    tokens_ptr, parents_ptr, valid_ptr, next_ptr, path_ptr, accepted_ptr, bonus_ptr, num_nodes,
+    tokens_ptr,
+    parents_ptr,
+    valid_ptr,
+    next_ptr,
+    path_ptr,
+    accepted_ptr,
+    bonus_ptr,
+    num_nodes,
     BLOCK_N: tl.constexpr,
 ):
     # One program per tree: the whole tree sits in registers; each round moves one level down.
@@ -144,9 +169,16 @@ def greedy_accept_path(
         return out
     with on_device(tokens):
         _greedy_path_kernel[(num_req,)](
-            tokens.contiguous(), parents.contiguous(), _bytes(valid), target_next.contiguous(),
-            out.path, out.num_accepted, out.next_token, num_nodes,
-            BLOCK_N=triton.next_power_of_2(num_nodes), num_warps=warps_for(num_nodes),
+            tokens.contiguous(),
+            parents.contiguous(),
+            _bytes(valid),
+            target_next.contiguous(),
+            out.path,
+            out.num_accepted,
+            out.next_token,
+            num_nodes,
+            BLOCK_N=triton.next_power_of_2(num_nodes),
+            num_warps=warps_for(num_nodes),
         )
     return out
 
@@ -155,4 +187,3 @@ def _bytes(mask: Tensor) -> Tensor:
     """A bool tensor as uint8 (same bytes, no copy), which every Triton version loads."""
     mask = mask.contiguous()
     return mask.view(torch.uint8) if mask.dtype == torch.bool else mask
-

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from model_runtime.paged import PagedMetadata, paged_attention
+
 
 @dataclass
 class AttentionMetadata:
@@ -67,9 +69,15 @@ def slot_attention(
     v_new: torch.Tensor,
     k_pool: torch.Tensor,
     v_pool: torch.Tensor,
-    meta: AttentionMetadata,
+    meta: AttentionMetadata | PagedMetadata,
 ) -> torch.Tensor:
-    """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D]."""
+    """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D].
+
+    The metadata's type picks the backend: this torch one, or the paged Triton one
+    (model_runtime/paged.py) that the target uses on CUDA.
+    """
+    if isinstance(meta, PagedMetadata):
+        return paged_attention(q, k_new, v_new, k_pool, v_pool, meta)
     k_pool.index_copy_(0, meta.write_slots, k_new)
     v_pool.index_copy_(0, meta.write_slots, v_new)
     num_tokens, num_heads, head_dim = q.shape

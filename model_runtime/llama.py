@@ -12,6 +12,7 @@ from model_runtime.attention import AttentionMetadata, slot_attention
 from model_runtime.config import ModelConfig
 from model_runtime.layers import GatedMLP, RMSNorm, RotaryTable, apply_rotary
 from model_runtime.packed_linear import Linear
+from model_runtime.paged import PagedMetadata
 
 
 class SelfAttention(nn.Module):
@@ -31,7 +32,7 @@ class SelfAttention(nn.Module):
         x: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
         kv: tuple[torch.Tensor, torch.Tensor],
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | PagedMetadata,
     ) -> torch.Tensor:
         num_tokens = x.shape[0]
         q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)
@@ -56,7 +57,7 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
         kv: tuple[torch.Tensor, torch.Tensor],
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | PagedMetadata,
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rotary, kv, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -87,7 +88,7 @@ class LlamaForCausalLM(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         kv_pools: tuple[list[torch.Tensor], list[torch.Tensor]],
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | PagedMetadata,
     ) -> torch.Tensor:
         """Returns the last layer's output before the final norm, [T, hidden]."""
         x = self.model.embed_tokens(input_ids)

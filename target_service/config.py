@@ -7,6 +7,8 @@ from pathlib import Path
 
 from model_runtime.config import DTYPES
 
+ATTENTION_BACKENDS = ("auto", "paged", "torch")
+
 
 @dataclass(frozen=True)
 class TargetConfig:
@@ -26,11 +28,16 @@ class TargetConfig:
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
+    attention: str = "auto"  # "paged" (Triton, CUDA), "torch", or "auto": paged where it runs
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"unknown attention {self.attention!r}; choose one of {ATTENTION_BACKENDS}"
+            )
         for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

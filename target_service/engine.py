@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from model_runtime.attention import build_metadata
+from model_runtime import fused, paged
+from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample
@@ -84,6 +86,7 @@ class TargetEngine:
         width = self.max_context + config.max_lookahead
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
         self.graphs: DecodeGraphRunner | None = None
+        self.paged = uses_paged_attention(config.attention, self.device)
 
     # ---- public API -------------------------------------------------------------------
 
@@ -111,7 +114,14 @@ class TargetEngine:
         want_hidden = any(it.return_hidden for it in items)
         with torch.inference_mode():
             out = run_verify(
-                self.model, self.pools, self.table.slots, trees, params, greedy, want_hidden,
+                self.model,
+                self.pools,
+                self.table.slots,
+                trees,
+                params,
+                greedy,
+                want_hidden,
+                paged=self.paged,
                 penalize=lambda logits, layout: penalties.penalize_tree(
                     logits, states, trees.tokens, trees.valid, layout.ancestors
                 ),
@@ -263,10 +273,8 @@ class TargetEngine:
         return list(flat.to(self.device, non_blocking=True).split(sizes))
 
     def _run(self, batch: DeviceBatch, sampled: list[RequestState]) -> list[int]:
-        slots = self.table.slots
-        write_slots = slots[batch.token_rows, batch.positions]
-        key_slots = slots[batch.rows, : batch.max_context]
-        meta = build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
+        write_slots = self.table.slots[batch.token_rows, batch.positions]
+        meta = self._metadata(batch, write_slots)
         hidden = self.model(batch.input_ids, batch.positions, (self.pools.k, self.pools.v), meta)
         self.pools.hidden.index_copy_(0, write_slots, hidden)
         if not sampled:
@@ -276,6 +284,16 @@ class TargetEngine:
         next_ids = sample(logits, params).tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
         return next_ids
+
+    def _metadata(
+        self, batch: DeviceBatch, write_slots: torch.Tensor
+    ) -> AttentionMetadata | paged.PagedMetadata:
+        slots = self.table.slots
+        if self.paged:
+            dummy = self.pools.dummy_slot
+            return paged.for_sequences(slots, batch.token_rows, batch.positions, write_slots, dummy)
+        key_slots = slots[batch.rows, : batch.max_context]
+        return build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
 
     def _fits_decode_graphs(self, items: list[StepItem], batch: DeviceBatch) -> bool:
         return (
@@ -288,13 +306,15 @@ class TargetEngine:
     def _run_decode_graph(self, batch: DeviceBatch, states: list[RequestState]) -> list[int]:
         assert self.graphs is not None
         slots = self.table.slots
+        greedy = all(s.sampling.temperature == 0 for s in states)
         step = DecodeInputs(
             input_ids=batch.input_ids,
             positions=batch.positions,
             write_slots=slots[batch.rows, batch.positions],
-            key_slots=slots[batch.rows, : batch.max_context],
-            sampling=self._sampling_tensors(states, batch.positions + 1),
-            greedy=all(s.sampling.temperature == 0 for s in states),
+            table_rows=batch.rows,
+            max_context=batch.max_context,
+            sampling=None if greedy else self._sampling_tensors(states, batch.positions + 1),
+            key_slots=None if self.paged else slots[batch.rows, : batch.max_context],
         )
         return self.graphs.run(step).tolist()  # the step's one device->host sync
 
@@ -308,3 +328,13 @@ class TargetEngine:
         )
         floats, ints = floats.to(self.device), ints.to(self.device)
         return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)
+
+
+def uses_paged_attention(choice: str, device: torch.device) -> bool:
+    """Resolves ``--attention``: "auto" is the paged Triton kernel on CUDA where Triton
+    compiles, torch's attention else. "paged" holds on any device (on CPU Triton's interpreter
+    runs it: for tests)."""
+    if choice != "auto":
+        return choice == "paged"
+    interpreted = bool(os.environ.get("TRITON_INTERPRET"))
+    return device.type == "cuda" and fused.triton_available() and not interpreted

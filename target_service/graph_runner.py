@@ -1,12 +1,16 @@
 """Decode steps with fixed shapes, replayed from CUDA graphs (eager with the same code on CPU).
 
 A decode step (one new token per request) runs over static buffers sized for the largest
-bucket: B requests padded up to a batch bucket, each request's keys padded up to a context
-bucket K. Padded requests write their KV and hidden row to the dummy slot and see only key 0;
-padded keys point at the dummy slot and are masked, so no padded row can read or touch a live
-slot. One graph is captured per (batch bucket, context bucket, greedy or sampled), largest first
-into one shared memory pool. The engine asks ``can_run`` and falls back to its eager step for
-anything else (prefill chunks, mixed steps, shapes past the largest bucket).
+bucket: B requests padded up to a batch bucket. Padded requests write their KV and hidden row to
+the dummy slot and read only the dummy slot, so no padded row can touch a live slot. One graph
+is captured per (batch bucket, context bucket, greedy or sampled), largest first into one shared
+memory pool. The engine asks ``can_run`` and falls back to its eager step for anything else
+(prefill chunks, mixed steps, shapes past the largest bucket).
+
+With the paged attention backend (model_runtime/paged.py) the graph reads the engine's slot
+table itself, so the context length is only a bound checked on the host: one context bucket.
+With the torch backend each request's keys are copied into a [B, K] buffer padded up to a
+context bucket K (powers of two from 256) and masked.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 from model_runtime.attention import AttentionMetadata
 from model_runtime.llama import LlamaForCausalLM
+from model_runtime.paged import PagedMetadata
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
 
@@ -47,9 +52,12 @@ class DecodeBuffers:
     input_ids: torch.Tensor  # long
     positions: torch.Tensor  # long: the new token's position (= context length before it)
     write_slots: torch.Tensor  # long: its KV slot; the dummy slot for padded rows
-    key_slots: torch.Tensor  # long [B, K]: context slots, the dummy slot past each context
-    allowed: torch.Tensor  # bool [B, 1, 1, K]
+    key_slots: torch.Tensor  # long [B, K]: context slots, the dummy slot past each (torch)
+    allowed: torch.Tensor  # bool [B, 1, 1, K] (torch)
     rows: torch.Tensor  # long [B]: arange, the query/token index of each row
+    table_rows: torch.Tensor  # long [B]: slot-table row of each request (paged)
+    prefix_len: torch.Tensor  # long [B]: keys read from the table, 0 for padding (paged)
+    path: torch.Tensor  # long [B, 1]: the dummy slot, the key padding rows read (paged)
     temperature: torch.Tensor  # float32
     top_p: torch.Tensor  # float32
     top_k: torch.Tensor  # long
@@ -57,7 +65,9 @@ class DecodeBuffers:
     next_ids: torch.Tensor  # long: output
 
     @staticmethod
-    def allocate(max_batch: int, max_keys: int, device: torch.device) -> DecodeBuffers:
+    def allocate(
+        max_batch: int, max_keys: int, dummy_slot: int, device: torch.device
+    ) -> DecodeBuffers:
         def longs(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.long, device=device)
 
@@ -68,6 +78,9 @@ class DecodeBuffers:
             key_slots=longs(max_batch, max_keys),
             allowed=torch.zeros((max_batch, 1, 1, max_keys), dtype=torch.bool, device=device),
             rows=torch.arange(max_batch, device=device),
+            table_rows=longs(max_batch),
+            prefix_len=longs(max_batch),
+            path=torch.full((max_batch, 1), dummy_slot, dtype=torch.long, device=device),
             temperature=torch.zeros(max_batch, device=device),
             top_p=torch.ones(max_batch, device=device),
             top_k=longs(max_batch),
@@ -83,9 +96,14 @@ class DecodeInputs:
     input_ids: torch.Tensor  # [R]
     positions: torch.Tensor  # [R]
     write_slots: torch.Tensor  # [R]
-    key_slots: torch.Tensor  # [R, C] with C >= max(positions) + 1 (slot-table columns)
-    sampling: SamplingTensors  # [R]
-    greedy: bool  # known on the host: every request is greedy
+    table_rows: torch.Tensor  # [R] slot-table row of each request
+    max_context: int  # the longest context + 1, known on the host
+    sampling: SamplingTensors | None  # [R]; None when every request is greedy
+    key_slots: torch.Tensor | None = None  # [R, C], C >= max_context (torch backend only)
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling is None
 
 
 class DecodeGraphRunner:
@@ -98,18 +116,23 @@ class DecodeGraphRunner:
         max_context: int,
         batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
         use_graphs: bool = True,
+        table: torch.Tensor | None = None,
     ) -> None:
+        """``table``: the engine's slot table, for the paged backend; None for torch's."""
         self.model = model
         self.pools = pools
         self.device = pools.hidden.device
+        self.table = table
         self.batch_buckets = tuple(sorted(batch_buckets))
-        self.context_buckets = context_buckets(max_context)
+        self.context_buckets = (max_context,) if table is not None else context_buckets(max_context)
         self.use_graphs = use_graphs and self.device.type == "cuda"
+        key_width = 1 if table is not None else self.context_buckets[-1]
         self.buffers = DecodeBuffers.allocate(
-            self.batch_buckets[-1], self.context_buckets[-1], self.device
+            self.batch_buckets[-1], key_width, pools.dummy_slot, self.device
         )
         self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
-        self._reset_padding(0, self.batch_buckets[-1])
+        self._dirty_rows = self.batch_buckets[-1]  # rows [0, this) may hold a past step's data
+        self._reset_padding(0)
 
     def can_run(self, num_requests: int, max_positions: int) -> bool:
         return (
@@ -147,9 +170,9 @@ class DecodeGraphRunner:
         """Next token ids [R] on the device (the caller makes the one host copy)."""
         num_req = step.input_ids.shape[0]
         batch = bucket_for(num_req, self.batch_buckets)
-        keys = bucket_for(int(step.key_slots.shape[1]), self.context_buckets)
+        keys = bucket_for(step.max_context, self.context_buckets)
         assert batch is not None and keys is not None, "check can_run first"
-        self._load(step, batch, keys)
+        self._load(step, keys)
         graph = self.graphs.get((batch, keys, step.greedy))
         if graph is not None:
             graph.replay()
@@ -162,15 +185,10 @@ class DecodeGraphRunner:
     def _body(self, batch: int, keys: int, greedy: bool) -> None:
         buf = self.buffers
         write_slots = buf.write_slots[:batch]
-        meta = AttentionMetadata(
-            write_slots=write_slots,
-            query_index=buf.rows[:batch, None],
-            key_slots=buf.key_slots[:batch, :keys],
-            allowed=buf.allowed[:batch, :, :, :keys],
-            token_rows=buf.rows[:batch],
-        )
         positions = buf.positions[:batch]
-        hidden = self.model(buf.input_ids[:batch], positions, (self.pools.k, self.pools.v), meta)
+        hidden = self.model(
+            buf.input_ids[:batch], positions, (self.pools.k, self.pools.v), self._meta(batch, keys)
+        )
         self.pools.hidden.index_copy_(0, write_slots, hidden)
         logits = self.model.logits(hidden)
         if greedy:
@@ -185,21 +203,39 @@ class DecodeGraphRunner:
         )
         buf.next_ids[:batch].copy_(sample_greedy_or_drawn(logits, params))
 
-    def _load(self, step: DecodeInputs, batch: int, keys: int) -> None:
+    def _meta(self, batch: int, keys: int) -> AttentionMetadata | PagedMetadata:
+        buf = self.buffers
+        if self.table is not None:
+            return PagedMetadata(
+                write_slots=buf.write_slots[:batch],
+                table=self.table,
+                query_row=buf.table_rows[:batch],
+                query_len=buf.positions[:batch] + 1,
+                prefix_len=buf.prefix_len[:batch],
+                path=buf.path[:batch],
+            )
+        return AttentionMetadata(
+            write_slots=buf.write_slots[:batch],
+            query_index=buf.rows[:batch, None],
+            key_slots=buf.key_slots[:batch, :keys],
+            allowed=buf.allowed[:batch, :, :, :keys],
+            token_rows=buf.rows[:batch],
+        )
+
+    def _load(self, step: DecodeInputs, keys: int) -> None:
         buf, num_req = self.buffers, step.input_ids.shape[0]
-        width = min(int(step.key_slots.shape[1]), keys)
-        self._reset_padding(num_req, batch)  # rows a larger earlier step left behind
+        self._reset_padding(num_req)  # rows a larger earlier step left behind
         buf.input_ids[:num_req].copy_(step.input_ids)
         buf.positions[:num_req].copy_(step.positions)
         buf.write_slots[:num_req].copy_(step.write_slots)
-        key_index = torch.arange(keys, device=self.device)
-        visible = key_index[None, :] <= step.positions[:, None]  # [R, K]: the context + itself
-        buf.allowed[:num_req, 0, 0, :keys].copy_(visible)
-        context = buf.key_slots[:num_req, :keys]
-        context.fill_(self.pools.dummy_slot)
-        context[:, :width].copy_(step.key_slots[:, :width])
-        context.masked_fill_(~visible, self.pools.dummy_slot)  # stale table columns never read
+        if self.table is not None:
+            buf.table_rows[:num_req].copy_(step.table_rows)
+            torch.add(step.positions, 1, out=buf.prefix_len[:num_req])
+        else:
+            self._load_key_slots(step, keys)
         s = step.sampling
+        if s is None:
+            return
         for dst, src in (
             (buf.temperature, s.temperature),
             (buf.top_p, s.top_p),
@@ -208,14 +244,33 @@ class DecodeGraphRunner:
         ):
             dst[:num_req].copy_(src)
 
-    def _reset_padding(self, start: int, end: int) -> None:
-        """Rows [start, end) to the padding state: the dummy slot, key 0 only, greedy."""
+    def _load_key_slots(self, step: DecodeInputs, keys: int) -> None:
+        """Torch backend: each request's context slots, padded with the dummy slot and masked."""
+        buf, num_req = self.buffers, step.input_ids.shape[0]
+        assert step.key_slots is not None, "the torch backend needs the key slots"
+        width = min(int(step.key_slots.shape[1]), keys)
+        key_index = torch.arange(keys, device=self.device)
+        visible = key_index[None, :] <= step.positions[:, None]  # [R, K]: the context + itself
+        buf.allowed[:num_req, 0, 0, :keys].copy_(visible)
+        context = buf.key_slots[:num_req, :keys]
+        context.fill_(self.pools.dummy_slot)
+        context[:, :width].copy_(step.key_slots[:, :width])
+        context.masked_fill_(~visible, self.pools.dummy_slot)  # stale table columns never read
+
+    def _reset_padding(self, start: int) -> None:
+        """Rows [start, dirty) back to the padding state: the dummy slot, key 0 only, greedy.
+
+        Only rows a past step filled are reset, so a run of same-size steps resets nothing.
+        """
+        end, self._dirty_rows = self._dirty_rows, start
         if start >= end:
             return
         buf, dummy, rows = self.buffers, self.pools.dummy_slot, slice(start, end)
         buf.input_ids[rows].zero_()
         buf.positions[rows].zero_()
         buf.write_slots[rows].fill_(dummy)
+        buf.table_rows[rows].zero_()
+        buf.prefix_len[rows].zero_()
         buf.key_slots[rows].fill_(dummy)
         buf.allowed[rows].zero_()
         buf.allowed[rows, :, :, 0] = True

@@ -25,9 +25,7 @@ def has_penalty(state: RequestState) -> bool:
 
 def _counts(states: Sequence[RequestState], vocab: int, like: torch.Tensor) -> torch.Tensor:
     """``[R, V]`` completion counts (zeros for requests without penalties)."""
-    rows = [
-        s.counts if s.counts is not None else like.new_zeros(vocab) for s in states
-    ]
+    rows = [s.counts if s.counts is not None else like.new_zeros(vocab) for s in states]
     return torch.stack(rows).to(like.dtype)
 
 
@@ -73,8 +71,12 @@ def penalize_tree(
     )
 
 
-def record(states: Sequence[RequestState], committed: Sequence[Sequence[int]], vocab: int,
-           device: torch.device) -> None:
+def record(
+    states: Sequence[RequestState],
+    committed: Sequence[Sequence[int]],
+    vocab: int,
+    device: torch.device,
+) -> None:
     """Adds each request's newly sampled tokens to its completion counts."""
     for state, token_ids in zip(states, committed, strict=True):
         if not has_penalty(state) or not token_ids:

@@ -22,7 +22,7 @@ from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
-from target_service.config import TargetConfig
+from target_service.config import ATTENTION_BACKENDS, TargetConfig
 from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
@@ -82,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
     )
     parser.add_argument(
+        "--attention",
+        choices=ATTENTION_BACKENDS,
+        default="auto",
+        help="attention backend: 'paged' (Triton kernel over the slot table, CUDA only), "
+        "'torch' (dense gather + SDPA), 'auto' (paged on CUDA where Triton compiles)",
+    )
+    parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=(1, 2, 4, 8, 16, 32),
@@ -118,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         few_row_kernel=args.few_row_kernel,
         cuda_graphs=args.cuda_graphs,
         fused_kernels=args.fused_kernels,
+        attention=args.attention,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
@@ -132,6 +140,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)
+    log.info("attention backend: %s", "paged (Triton)" if engine.paged else "torch")
     if config.device.startswith("cuda"):
         # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
         # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
@@ -140,7 +149,11 @@ def build_engine(config: TargetConfig) -> TargetEngine:
             log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
         if config.cuda_graphs:
             runner = DecodeGraphRunner(
-                model, engine.pools, engine.max_context, config.graph_batch_sizes
+                model,
+                engine.pools,
+                engine.max_context,
+                config.graph_batch_sizes,
+                table=engine.table.slots if engine.paged else None,
             )
             runner.capture_all()
             engine.attach_graphs(runner)

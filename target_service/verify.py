@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from kernels import tree_ops
-from model_runtime.attention import build_metadata
+from kernels.tree_reference import TreeMask
+from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
+from model_runtime.paged import PagedMetadata, for_trees
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
 from target_service.tree import Acceptance, TreeLayout, greedy_accept
@@ -57,6 +59,7 @@ def run_verify(
     greedy: torch.Tensor,
     want_hidden: bool,
     penalize: Callable[[torch.Tensor, TreeLayout], torch.Tensor] | None = None,
+    paged: bool = False,
 ) -> VerifyOutput:
     mask = tree_ops.tree_mask_and_positions(trees.parents, trees.valid, trees.start_pos)
     layout, positions = mask.layout(), mask.positions
@@ -64,16 +67,8 @@ def run_verify(
     node_ids = torch.arange(num_nodes, device=trees.tokens.device)
     node_slots = slot_table[trees.rows[:, None], trees.start_pos[:, None] + node_ids]  # [B, N]
     real = trees.valid.flatten()
-    write_slots = node_slots.flatten()[real]
-    key_len = int((trees.start_pos + trees.num_nodes).max())
-    meta = build_metadata(
-        write_slots,
-        slot_table[trees.rows, :key_len],
-        trees.start_pos,
-        trees.num_nodes,
-        num_nodes,
-        new_token_mask=layout.ancestors,
-    )
+    meta = _tree_metadata(slot_table, trees, node_slots, mask, real, paged)
+    write_slots = meta.write_slots
     hidden = model(
         trees.tokens.flatten()[real], positions.flatten()[real], (pools.k, pools.v), meta
     )
@@ -91,6 +86,29 @@ def run_verify(
     tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
     return _read_back(trees, accepted, rows)
+
+
+def _tree_metadata(
+    slot_table: torch.Tensor,
+    trees: TreeBatch,
+    node_slots: torch.Tensor,
+    mask: TreeMask,
+    real: torch.Tensor,
+    paged: bool,
+) -> AttentionMetadata | PagedMetadata:
+    if paged:
+        return for_trees(
+            slot_table, trees.rows, trees.start_pos, node_slots, mask.ancestors, mask.depths, real
+        )
+    key_len = int((trees.start_pos + trees.num_nodes).max())  # a host sync: torch backend only
+    return build_metadata(
+        node_slots.flatten()[real],
+        slot_table[trees.rows, :key_len],
+        trees.start_pos,
+        trees.num_nodes,
+        trees.tokens.shape[1],
+        new_token_mask=mask.ancestors,
+    )
 
 
 def _accept(

@@ -1,0 +1,78 @@
+"""The paged attention backend: metadata that names each query's keys through the slot table.
+
+The torch backend (model_runtime/attention.py) gathers every request's context into a dense
+[B, K] block and masks it; this one hands the Triton kernel (kernels/paged_attention.py) the
+engine's slot table itself plus, per query token, how many logical keys it has and where they
+come from. Nothing is gathered, no key width is chosen per step, and a token's keys form the
+same sequence in a decode, a prefill chunk or a tree verify (a tree node's keys past the
+committed context are its ancestors, root first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class PagedMetadata:
+    write_slots: Tensor  # [T] slot receiving each token's K/V
+    table: Tensor  # [R, W] the engine's slot table (row = request, column = position)
+    query_row: Tensor  # [T] table row of each token's request
+    query_len: Tensor  # [T] logical keys of each token (its position + 1)
+    prefix_len: Tensor  # [T] how many of them are read from the table; the rest from path
+    path: Tensor  # [T, P] slots of the keys past prefix_len (a tree node's ancestors + itself)
+
+
+def for_sequences(
+    table: Tensor, query_row: Tensor, positions: Tensor, write_slots: Tensor, dummy_slot: int
+) -> PagedMetadata:
+    """Decode and prefill tokens: every key, the token's own included, is in its table row."""
+    query_len = positions + 1
+    path = torch.full((positions.shape[0], 1), dummy_slot, dtype=torch.long, device=table.device)
+    return PagedMetadata(write_slots, table, query_row, query_len, query_len, path)
+
+
+def for_trees(
+    table: Tensor,
+    rows: Tensor,
+    start_pos: Tensor,
+    node_slots: Tensor,
+    ancestors: Tensor,
+    depths: Tensor,
+    real: Tensor,
+) -> PagedMetadata:
+    """Tree nodes [B, N] flattened to the real ones (``real``, [B * N] bool).
+
+    Node i's keys: the committed context (table columns below start_pos), then the slots of its
+    ancestors in index order, which is root-to-leaf order since a parent precedes its children.
+    """
+    num_req, num_nodes = node_slots.shape
+    index = torch.arange(num_nodes, device=node_slots.device)
+    # Ancestors first, in index order; every other node after them.
+    order = torch.argsort((~ancestors).long() * num_nodes + index, dim=-1)  # [B, N, N]
+    path = node_slots[:, None, :].expand(num_req, num_nodes, num_nodes).gather(2, order)
+    start = start_pos[:, None].expand(num_req, num_nodes)
+    return PagedMetadata(
+        write_slots=node_slots.flatten()[real],
+        table=table,
+        query_row=rows[:, None].expand(num_req, num_nodes).flatten()[real],
+        query_len=(start + depths + 1).flatten()[real],
+        prefix_len=start.flatten()[real],
+        path=path.reshape(num_req * num_nodes, num_nodes)[real],
+    )
+
+
+def paged_attention(
+    q: Tensor, k_new: Tensor, v_new: Tensor, k_pool: Tensor, v_pool: Tensor, meta: PagedMetadata
+) -> Tensor:
+    """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D]."""
+    from kernels import paged_attention as kernel  # triton: imported only where it runs
+
+    k_pool.index_copy_(0, meta.write_slots, k_new)
+    v_pool.index_copy_(0, meta.write_slots, v_new)
+    return kernel.paged_attention(
+        q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path
+    )
