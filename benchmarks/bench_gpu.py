@@ -112,13 +112,18 @@ def speculation_phase(prompts: list[list[int]], max_new: int, dtype: str, model_
 def steps_phase() -> list[dict]:
     import torch
 
-    from benchmarks.gpu_steps import cudnn_pathology, shape_report
+    from benchmarks.gpu_steps import shape_report
 
     return [
-        {"cudnn_pathology": cudnn_pathology()},
         shape_report("smollm2-135m", torch.bfloat16, 256, [1, 8, 32]),
         shape_report("llama-8b", torch.bfloat16, 1024, [1]),
     ]
+
+
+def cudnn_phase() -> list[dict]:
+    from benchmarks.gpu_steps import cudnn_pathology
+
+    return cudnn_pathology()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -130,6 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"date": utc_now(), "commit": git_commit(), "gpu": _gpu_name()}
     phases = [
         ("steps", steps_phase),
+        ("cudnn", cudnn_phase),
         ("target_only", lambda: target_only_phase(prompts, args.max_new_tokens, args.batches)),
         ("hf_eager", lambda: hf_eager_tok_s(gguf, prompts[:4], args.max_new_tokens)),
         ("hf_static_graph", lambda: hf_graph_tok_s(gguf, prompts[:8], args.max_new_tokens)),

@@ -16,6 +16,7 @@ import torch
 
 from model_runtime.config import ModelConfig
 from model_runtime.fused import use_fused_kernels
+from model_runtime.fused_layers import is_merged, merge_projections
 from model_runtime.llama import LlamaForCausalLM
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
@@ -23,6 +24,14 @@ from target_service.graph_runner import DecodeGraphRunner
 from target_service.request_table import SamplingSpec
 
 GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+# (merged layers, attention backend, graphs): the torch backend as before, the paged kernel,
+# then the merged GPU decoder body (model_runtime/fused_layers.py), replayed and eager.
+VARIANTS = [
+    (False, "torch", True),
+    (False, "paged", True),
+    (True, "paged", True),
+    (True, "paged", False),
+]
 SHAPES = {
     "smollm2-135m": dict(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
@@ -68,27 +77,35 @@ def _cuda_ms(fn) -> float:
     return start.elapsed_time(end)
 
 
-def _engine(model: LlamaForCausalLM, graphs: bool, batch_sizes: tuple[int, ...]) -> TargetEngine:
+def _engine(
+    model: LlamaForCausalLM, graphs: bool, batch_sizes: tuple[int, ...], attention: str = "torch"
+) -> TargetEngine:
     config = TargetConfig(
         model_path=Path("."), cache_dir=Path("."), device="cuda",
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        num_slots=40000, max_requests=64, max_context=4096,
+        num_slots=40000, max_requests=64, max_context=4096, attention=attention,
     )  # fmt: skip
     engine = TargetEngine(config, model)
     if graphs:
-        runner = DecodeGraphRunner(model, engine.pools, 2048, batch_sizes)
+        table = engine.table.slots if engine.paged else None
+        runner = DecodeGraphRunner(model, engine.pools, 2048, batch_sizes, table=table)
         runner.capture_all()
         engine.attach_graphs(runner)
     return engine
 
 
 def step_times(
-    model: LlamaForCausalLM, context: int, batch: int, graphs: bool, steps: int = 30
+    model: LlamaForCausalLM,
+    context: int,
+    batch: int,
+    graphs: bool,
+    attention: str = "torch",
+    steps: int = 30,
 ) -> dict[str, float]:
     """Median wall ms of a decode step (engine.forward, host work included) and of a 16-node
     chain verify, for ``batch`` requests of ``context`` tokens each."""
     torch.backends.cuda.enable_cudnn_sdp(False)
-    engine = _engine(model, graphs, (batch,))
+    engine = _engine(model, graphs, (batch,), attention)
     slot = iter(range(40000))
     prompts = [[(7 * i + j) % 1000 + 1 for j in range(context)] for i in range(batch)]
     with torch.inference_mode():
@@ -123,11 +140,14 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     floor_ms = weight_bytes / copy_bandwidth_bytes_s() * 1e3  # a decode step reads each once
     rows: list[dict[str, Any]] = []
-    for batch in batches:
-        for graphs, fused in ((True, True), (True, False), (False, True)):
-            use_fused_kernels(fused)
-            times = step_times(model, context, batch, graphs)
-            rows.append({"batch": batch, "graphs": graphs, "fused_kernels": fused, **times})
+    use_fused_kernels(True)
+    for merged, attention, graphs in VARIANTS:
+        if merged and not is_merged(model):
+            merge_projections(model)  # views: the unmerged variants above ran first
+        for batch in batches:
+            times = step_times(model, context, batch, graphs, attention)
+            variant = {"attention": attention, "merged_layers": merged, "graphs": graphs}
+            rows.append({"batch": batch, **variant, **times})
     del model
     torch.cuda.empty_cache()
     return {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model_runtime import fused_layers
 from model_runtime.attention import AttentionMetadata, slot_attention
 from model_runtime.config import ModelConfig
 from model_runtime.layers import GatedMLP, RMSNorm, RotaryTable, apply_rotary
@@ -93,6 +94,8 @@ class LlamaForCausalLM(nn.Module):
         """Returns the last layer's output before the final norm, [T, hidden]."""
         x = self.model.embed_tokens(input_ids)
         rotary = self.rotary(positions, x.dtype)
+        if isinstance(meta, PagedMetadata) and fused_layers.is_merged(self):
+            return fused_layers.fused_body(self, x, rotary, kv_pools, meta)
         k_pools, v_pools = kv_pools
         for layer, k_pool, v_pool in zip(self.model.layers, k_pools, v_pools, strict=True):
             x = layer(x, rotary, (k_pool, v_pool), meta)

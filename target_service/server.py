@@ -12,6 +12,7 @@ import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.fused import use_fused_kernels
+from model_runtime.fused_layers import merge_projections
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from plumbing.once import CacheWriteError
@@ -147,6 +148,8 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         torch.backends.cuda.enable_cudnn_sdp(False)
         if config.fused_kernels and not use_fused_kernels(True):
             log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
+        elif config.fused_kernels and engine.paged:
+            merge_projections(model)  # q|k|v and gate|up as one matmul each (fused_layers.py)
         if config.cuda_graphs:
             runner = DecodeGraphRunner(
                 model,

@@ -7,16 +7,21 @@ captured graphs are checked bit for bit against that eager body.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+if not torch.cuda.is_available():  # the paged backend's Triton kernel runs interpreted on CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from model_runtime.fused_layers import merge_projections
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine
 from target_service.graph_runner import DecodeGraphRunner, bucket_for, context_buckets
 from target_service.request_table import SamplingSpec
-from tests.helpers.spec_fixtures import load_fp64
+from tests.helpers.spec_fixtures import load_copy, load_fp64
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
 PROMPTS = [[1, 5, 9, 200, 31], [7, 7, 3], [400, 12, 99, 5, 6, 8, 10], [42]]
@@ -25,14 +30,20 @@ NUM_SLOTS = 128
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def make_engine(model, dtype: str, graphs: bool | None, device: str = "cpu") -> TargetEngine:
+def make_engine(
+    model, dtype: str, graphs: bool | None, device: str = "cpu", attention: str = "auto"
+) -> TargetEngine:
     """graphs None: the ordinary eager step; False: the runner's body eagerly; True: replay."""
     config = TargetConfig(
-        model_path=Path("."), cache_dir=Path("."), dtype=dtype, num_slots=NUM_SLOTS, device=device
-    )
+        model_path=Path("."), cache_dir=Path("."), dtype=dtype, num_slots=NUM_SLOTS,
+        device=device, attention=attention,
+    )  # fmt: skip
     engine = TargetEngine(config, model)
     if graphs is not None:
-        runner = DecodeGraphRunner(model, engine.pools, 300, (1, 2, 4), use_graphs=graphs)
+        table = engine.table.slots if engine.paged else None
+        runner = DecodeGraphRunner(
+            model, engine.pools, 300, (1, 2, 4), use_graphs=graphs, table=table
+        )
         runner.capture_all()
         engine.attach_graphs(runner)
     return engine
@@ -73,10 +84,26 @@ def test_runner_decodes_what_the_eager_step_decodes(tiny_model_dir: Path) -> Non
     torch.testing.assert_close(fixed.pools.hidden, plain.pools.hidden, rtol=0, atol=1e-10)
 
 
-def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path) -> None:
+def test_paged_runner_decodes_what_the_paged_eager_step_decodes(tiny_model_dir: Path) -> None:
+    """The runner's body on the paged backend (Triton's interpreter on CPU): same tokens."""
+    pytest.importorskip("triton", reason="the paged backend is a Triton kernel")
+    model = load_copy(tiny_model_dir, "cpu", torch.float32)
+    specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
+    plain = make_engine(model, "float32", None, attention="paged")
+    fixed = make_engine(model, "float32", False, attention="paged")
+    assert fixed.graphs is not None and fixed.graphs.table is not None
+    assert decode(plain, specs, 6) == decode(fixed, specs, 6)
+    torch.testing.assert_close(fixed.pools.hidden, plain.pools.hidden, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", ["torch", "paged"])
+def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path, attention: str) -> None:
     """A 3-request step runs in the 4-bucket: the padded row writes nowhere but the dummy."""
-    model = load_fp64(tiny_model_dir)
-    engine = make_engine(model, "float64", False)
+    if attention == "paged":
+        pytest.importorskip("triton", reason="the paged backend is a Triton kernel")
+    dtype = torch.float64 if attention == "torch" else torch.float32
+    model = load_copy(tiny_model_dir, "cpu", dtype)
+    engine = make_engine(model, str(dtype).removeprefix("torch."), False, attention=attention)
     decode(engine, [GREEDY] * 4, 1)
     for pool in engine.pools.all_pools():
         pool[engine.pools.num_slots - 8 :].fill_(7.0)  # live-looking rows past the used ones
@@ -98,11 +125,18 @@ def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path) -> None:
 @needs_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_graph_replay_is_bit_identical_to_the_eager_body(tiny_model_dir: Path, dtype) -> None:
-    model = load_fp64(tiny_model_dir).to(device="cuda", dtype=getattr(torch, dtype))
+@pytest.mark.parametrize("variant", ["torch", "paged", "paged-merged"])
+def test_graph_replay_is_bit_identical_to_the_eager_body(
+    tiny_model_dir: Path, dtype, variant: str
+) -> None:
+    """Each attention backend, and the merged decoder body (model_runtime/fused_layers.py)."""
+    model = load_copy(tiny_model_dir, "cuda", getattr(torch, dtype))
+    if variant == "paged-merged":
+        merge_projections(model)
+    attention = variant.removesuffix("-merged")
     specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
-    eager = make_engine(model, dtype, False, "cuda")
-    replay = make_engine(model, dtype, True, "cuda")
+    eager = make_engine(model, dtype, False, "cuda", attention)
+    replay = make_engine(model, dtype, True, "cuda", attention)
     assert replay.graphs is not None and replay.graphs.graphs
     assert decode(eager, specs, 16) == decode(replay, specs, 16)
     live = slice(0, eager.pools.dummy_slot)  # capture's warm-up runs also wrote the dummy slot

@@ -181,6 +181,14 @@ def load_fp64(model_dir: Path):  # -> LlamaForCausalLM (torch imported lazily); 
     return load_model(model_dir, torch.float64, torch.device("cpu"), model_dir)
 
 
+def load_copy(model_dir: Path, device: str, dtype):  # -> LlamaForCausalLM, the caller's own
+    """A private copy of the shared model in ``dtype`` on ``device`` (``load_fp64``'s is
+    shared: moving it would change it under every other test)."""
+    import copy
+
+    return copy.deepcopy(load_fp64(model_dir)).to(device=device, dtype=dtype)
+
+
 def greedy_reference(
     model_dir: Path, prompts: Sequence[Sequence[int]], max_new_tokens: int
 ) -> list[list[int]]:

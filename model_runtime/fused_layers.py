@@ -1,0 +1,78 @@
+"""The GPU decoder body: merged projections and merged small kernels, same function as
+LlamaForCausalLM's layer loop.
+
+At load time ``merge_projections`` concatenates q|k|v and gate|up into one weight each (the
+original parameters become views into it, so no memory is added), turning five matmuls a layer
+into two. ``fused_body`` then runs a layer as: add+RMSNorm, qkv matmul, rope+KV store, paged
+attention, o matmul, add+RMSNorm, gate|up matmul, SiLU*mul, down matmul: nine launches where
+the plain loop takes seventeen. The residual add of each layer is carried into the next
+layer's norm. Used when the model's projections are merged and the step's metadata is paged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_runtime.paged import PagedMetadata
+
+
+def merge_projections(model: nn.Module) -> None:
+    """Concatenates each layer's q|k|v and gate|up weights (in place; CUDA path)."""
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.qkv_weight = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
+        mlp.gate_up_weight = _merged([mlp.gate_proj, mlp.up_proj])
+
+
+def _merged(linears: list[nn.Linear]) -> torch.Tensor:
+    weight = torch.cat([m.weight.data for m in linears])
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight.data = weight[start : start + rows]  # a view: the merged copy is the only one
+        start += rows
+    return weight
+
+
+def is_merged(model: nn.Module) -> bool:
+    return getattr(model.model.layers[0].self_attn, "qkv_weight", None) is not None
+
+
+def fused_body(
+    model: nn.Module,
+    x: torch.Tensor,
+    rotary: tuple[torch.Tensor, torch.Tensor],
+    kv_pools: tuple[list[torch.Tensor], list[torch.Tensor]],
+    meta: PagedMetadata,
+) -> torch.Tensor:
+    """The decoder layers over embeddings x [T, hidden]; returns the last layer's output."""
+    from kernels import fused_ops, layer_ops
+    from kernels import paged_attention as attention_kernel
+
+    layers = model.model.layers
+    residual = x
+    normed = fused_ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+    cos, sin = rotary
+    for index, (layer, k_pool, v_pool) in enumerate(zip(layers, *kv_pools, strict=True)):
+        attn = layer.self_attn
+        qkv = F.linear(normed, attn.qkv_weight)
+        q = layer_ops.rope_and_store(
+            qkv, cos, sin, meta.write_slots, k_pool, v_pool, attn.num_heads
+        )
+        out = attention_kernel.paged_attention(
+            q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len,
+            meta.path,
+        )  # fmt: skip
+        attn_out = attn.o_proj(out.view(out.shape[0], -1))
+        post = layer.post_attention_layernorm
+        normed, residual = layer_ops.add_rms_norm(attn_out, residual, post.weight, post.eps)
+        mlp = layer.mlp
+        gate_up = F.linear(normed, mlp.gate_up_weight)
+        mlp_out = mlp.down_proj(layer_ops.silu_mul_halves(gate_up))
+        if index + 1 == len(layers):
+            return residual + mlp_out
+        norm = layers[index + 1].input_layernorm
+        normed, residual = layer_ops.add_rms_norm(mlp_out, residual, norm.weight, norm.eps)
+    raise AssertionError("a model has at least one layer")
