@@ -7,7 +7,7 @@ from pathlib import Path
 
 from model_runtime.config import DTYPES
 
-ATTENTION_BACKENDS = ("auto", "paged", "torch")
+ATTENTION_BACKENDS = ("torch", "paged")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class TargetConfig:
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
-    attention: str = "auto"  # "paged" (Triton, CUDA), "torch", or "auto": paged where it runs
+    attention: str = "torch"  # "torch" (dense gather + SDPA) or "paged" (Triton kernel)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
 
     def __post_init__(self) -> None:

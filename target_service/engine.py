@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from model_runtime import fused, paged
+from model_runtime import paged
 from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
@@ -86,7 +85,7 @@ class TargetEngine:
         width = self.max_context + config.max_lookahead
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
         self.graphs: DecodeGraphRunner | None = None
-        self.paged = uses_paged_attention(config.attention, self.device)
+        self.paged = config.attention == "paged"  # on CPU Triton's interpreter runs it (tests)
 
     # ---- public API -------------------------------------------------------------------
 
@@ -328,13 +327,3 @@ class TargetEngine:
         )
         floats, ints = floats.to(self.device), ints.to(self.device)
         return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)
-
-
-def uses_paged_attention(choice: str, device: torch.device) -> bool:
-    """Resolves ``--attention``: "auto" is the paged Triton kernel on CUDA where Triton
-    compiles, torch's attention else. "paged" holds on any device (on CPU Triton's interpreter
-    runs it: for tests)."""
-    if choice != "auto":
-        return choice == "paged"
-    interpreted = bool(os.environ.get("TRITON_INTERPRET"))
-    return device.type == "cuda" and fused.triton_available() and not interpreted

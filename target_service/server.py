@@ -85,9 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention",
         choices=ATTENTION_BACKENDS,
-        default="auto",
-        help="attention backend: 'paged' (Triton kernel over the slot table, CUDA only), "
-        "'torch' (dense gather + SDPA), 'auto' (paged on CUDA where Triton compiles)",
+        default="torch",
+        help="attention backend: 'torch' (dense gather + SDPA; the measured default) or "
+        "'paged' (one Triton kernel over the slot table for decode, prefill and verify, with "
+        "merged projections on CUDA; checked on CPU under Triton's interpreter, not yet timed "
+        "on a GPU)",
     )
     parser.add_argument(
         "--graph-batch-sizes",

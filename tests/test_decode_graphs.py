@@ -31,7 +31,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def make_engine(
-    model, dtype: str, graphs: bool | None, device: str = "cpu", attention: str = "auto"
+    model, dtype: str, graphs: bool | None, device: str = "cpu", attention: str = "torch"
 ) -> TargetEngine:
     """graphs None: the ordinary eager step; False: the runner's body eagerly; True: replay."""
     config = TargetConfig(
