@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -13,36 +13,13 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample
 from target_service import penalties
+from target_service.admission import StepItem, StepLimits, VerifyItem, admit_step, admit_trees
 from target_service.config import TargetConfig
-from target_service.errors import InvalidStep, UnknownRequest
+from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
-from target_service.request_table import RequestState, RequestTable, SamplingSpec
-from target_service.tree_batch import check_tree, pad_trees
+from target_service.request_table import RequestState, RequestTable
+from target_service.tree_batch import pad_trees
 from target_service.verify import TreeBatch, run_verify
-
-
-@dataclass
-class StepItem:
-    """One request's share of a step (decoded from a ForwardItem)."""
-
-    request_id: str
-    token_ids: list[int]
-    start_pos: int
-    new_slots: list[int] = field(default_factory=list)
-    sample: bool = True
-    sampling: SamplingSpec | None = None
-
-
-@dataclass
-class VerifyItem:
-    """One request's draft tree (decoded from a VerifyItem message)."""
-
-    request_id: str
-    start_pos: int
-    token_ids: list[int]
-    parents: list[int]
-    new_slots: list[int] = field(default_factory=list)
-    return_hidden: bool = False
 
 
 @dataclass
@@ -85,13 +62,17 @@ class TargetEngine:
         width = self.max_context + config.max_lookahead
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
         self.graphs: DecodeGraphRunner | None = None
+        self.limits = StepLimits(
+            config.max_batch_tokens, self.max_context, model.config.vocab_size,
+            model.config.max_position,
+        )  # fmt: skip
         self.paged = config.attention == "paged"  # on CPU Triton's interpreter runs it (tests)
 
     # ---- public API -------------------------------------------------------------------
 
     def forward(self, items: list[StepItem]) -> StepResult:
         started = time.perf_counter()
-        states = self._admit(items)
+        states = admit_step(self.table, self.limits, items)
         batch = self._device_batch(items, states)
         with torch.inference_mode():
             if self._fits_decode_graphs(items, batch):
@@ -106,7 +87,7 @@ class TargetEngine:
 
     def verify(self, items: list[VerifyItem]) -> tuple[list[VerifyResult], float]:
         started = time.perf_counter()
-        states = self._admit_trees(items)
+        states = admit_trees(self.table, self.limits, items)
         trees = self._tree_batch(items, states)
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
         params = self._sampling_tensors(states, trees.start_pos)
@@ -151,79 +132,6 @@ class TargetEngine:
 
     def release(self, request_ids: list[str]) -> int:
         return sum(self.table.release(rid) for rid in request_ids)
-
-    # ---- validation and bookkeeping ---------------------------------------------------
-
-    def _admit(self, items: list[StepItem]) -> list[RequestState]:
-        """Validates every item before touching any state, so a bad step changes nothing."""
-        self._check_step_shape(items)
-        found = [self.table.find(it.request_id) for it in items]
-        for item, state in zip(items, found, strict=True):
-            if state is None and item.sampling is None:
-                raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
-            self._check_item(item, state)
-        states = [
-            st if st is not None else self.table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
-            for it, st in zip(items, found, strict=True)
-        ]
-        self.table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
-        return states
-
-    def _check_step_shape(self, items: list[StepItem]) -> None:
-        if not items:
-            raise InvalidStep("a step needs at least one item")
-        ids = [it.request_id for it in items]
-        if len(set(ids)) != len(ids):
-            raise InvalidStep("a request may appear once per step")
-        total = sum(len(it.token_ids) for it in items)
-        if total > self.config.max_batch_tokens:
-            raise InvalidStep(
-                f"{total} tokens exceed max_batch_tokens {self.config.max_batch_tokens}"
-            )
-
-    def _check_item(self, item: StepItem, state: RequestState | None) -> None:
-        if not item.token_ids:
-            raise InvalidStep(f"request {item.request_id!r}: no tokens to run")
-        vocab = self.model_config.vocab_size
-        if any(not 0 <= t < vocab for t in item.token_ids):
-            raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
-        table_len = (state.table_len if state else 0) + len(item.new_slots)
-        end = item.start_pos + len(item.token_ids)
-        if item.start_pos < 0 or end > table_len:
-            raise InvalidStep(
-                f"request {item.request_id!r}: positions [{item.start_pos}, {end}) not covered "
-                f"by its {table_len} slots"
-            )
-        if end > self.max_context:
-            raise InvalidStep(f"request {item.request_id!r}: context {end} > {self.max_context}")
-        probe = state or RequestState(0, 0, item.sampling)  # type: ignore[arg-type]
-        self.table.check_append(probe, item.new_slots)
-
-    def _admit_trees(self, items: list[VerifyItem]) -> list[RequestState]:
-        """Validates every tree before touching state; trees run on started requests only."""
-        if not items:
-            raise InvalidStep("a verify needs at least one tree")
-        if len({it.request_id for it in items}) != len(items):
-            raise InvalidStep("a request may appear once per verify")
-        if sum(len(it.token_ids) for it in items) > self.config.max_batch_tokens:
-            raise InvalidStep(f"trees exceed max_batch_tokens {self.config.max_batch_tokens}")
-        states = [self.table.get(it.request_id) for it in items]
-        for item, state in zip(items, states, strict=True):
-            check_tree(item.request_id, item.token_ids, item.parents, self.model_config.vocab_size)
-            end = item.start_pos + len(item.token_ids)
-            if item.start_pos < 1 or end > state.table_len + len(item.new_slots):
-                raise InvalidStep(
-                    f"request {item.request_id!r}: tree positions "
-                    f"[{item.start_pos}, {end}) not covered by its slots"
-                )
-            if end > self.model_config.max_position:
-                raise InvalidStep(
-                    f"request {item.request_id!r}: tree runs past position "
-                    f"{self.model_config.max_position}"
-                )
-            self.table.check_append(state, item.new_slots)
-        self.table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
-        return states
 
     def _tree_batch(self, items: list[VerifyItem], states: list[RequestState]) -> TreeBatch:
         return pad_trees(

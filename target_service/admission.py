@@ -1,0 +1,123 @@
+"""What a step may ask of the target: its items, and the checks run before any state changes.
+
+Every item of a Forward or a Verify is validated first; only then are new requests opened and
+the new slots written into the slot table, so a bad step leaves the target as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from target_service.errors import InvalidStep, UnknownRequest
+from target_service.request_table import RequestState, RequestTable, SamplingSpec
+from target_service.tree_batch import check_tree
+
+
+@dataclass
+class StepItem:
+    """One request's share of a step (decoded from a ForwardItem)."""
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    new_slots: list[int] = field(default_factory=list)
+    sample: bool = True
+    sampling: SamplingSpec | None = None
+
+
+@dataclass
+class VerifyItem:
+    """One request's draft tree (decoded from a VerifyItem message)."""
+
+    request_id: str
+    start_pos: int
+    token_ids: list[int]
+    parents: list[int]
+    new_slots: list[int] = field(default_factory=list)
+    return_hidden: bool = False
+
+
+@dataclass(frozen=True)
+class StepLimits:
+    max_batch_tokens: int
+    max_context: int
+    vocab_size: int
+    max_position: int
+
+
+def admit_step(
+    table: RequestTable, limits: StepLimits, items: list[StepItem]
+) -> list[RequestState]:
+    """Validates every item, then opens new requests and appends every item's new slots."""
+    _check_step_shape(limits, items)
+    found = [table.find(it.request_id) for it in items]
+    for item, state in zip(items, found, strict=True):
+        if state is None and item.sampling is None:
+            raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
+        _check_item(table, limits, item, state)
+    states = [
+        st if st is not None else table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
+        for it, st in zip(items, found, strict=True)
+    ]
+    table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
+    return states
+
+
+def _check_step_shape(limits: StepLimits, items: list[StepItem]) -> None:
+    if not items:
+        raise InvalidStep("a step needs at least one item")
+    ids = [it.request_id for it in items]
+    if len(set(ids)) != len(ids):
+        raise InvalidStep("a request may appear once per step")
+    total = sum(len(it.token_ids) for it in items)
+    if total > limits.max_batch_tokens:
+        raise InvalidStep(f"{total} tokens exceed max_batch_tokens {limits.max_batch_tokens}")
+
+
+def _check_item(
+    table: RequestTable, limits: StepLimits, item: StepItem, state: RequestState | None
+) -> None:
+    if not item.token_ids:
+        raise InvalidStep(f"request {item.request_id!r}: no tokens to run")
+    vocab = limits.vocab_size
+    if any(not 0 <= t < vocab for t in item.token_ids):
+        raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
+    table_len = (state.table_len if state else 0) + len(item.new_slots)
+    end = item.start_pos + len(item.token_ids)
+    if item.start_pos < 0 or end > table_len:
+        raise InvalidStep(
+            f"request {item.request_id!r}: positions [{item.start_pos}, {end}) not covered "
+            f"by its {table_len} slots"
+        )
+    if end > limits.max_context:
+        raise InvalidStep(f"request {item.request_id!r}: context {end} > {limits.max_context}")
+    probe = state or RequestState(0, 0, item.sampling)  # type: ignore[arg-type]
+    table.check_append(probe, item.new_slots)
+
+
+def admit_trees(
+    table: RequestTable, limits: StepLimits, items: list[VerifyItem]
+) -> list[RequestState]:
+    """Validates every tree before touching state; trees run on started requests only."""
+    if not items:
+        raise InvalidStep("a verify needs at least one tree")
+    if len({it.request_id for it in items}) != len(items):
+        raise InvalidStep("a request may appear once per verify")
+    if sum(len(it.token_ids) for it in items) > limits.max_batch_tokens:
+        raise InvalidStep(f"trees exceed max_batch_tokens {limits.max_batch_tokens}")
+    states = [table.get(it.request_id) for it in items]
+    for item, state in zip(items, states, strict=True):
+        check_tree(item.request_id, item.token_ids, item.parents, limits.vocab_size)
+        end = item.start_pos + len(item.token_ids)
+        if item.start_pos < 1 or end > state.table_len + len(item.new_slots):
+            raise InvalidStep(
+                f"request {item.request_id!r}: tree positions "
+                f"[{item.start_pos}, {end}) not covered by its slots"
+            )
+        if end > limits.max_position:
+            raise InvalidStep(
+                f"request {item.request_id!r}: tree runs past position {limits.max_position}"
+            )
+        table.check_append(state, item.new_slots)
+    table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
+    return states
