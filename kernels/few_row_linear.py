@@ -1,4 +1,5 @@
-"""The few-row fp32 linear kernel (few_row_linear.cpp): build, load, and its torch reference.
+"""The CPU kernels: the few-row fp32 linear (few_row_linear.cpp) and the exact paged attention
+(exact_attention.cpp), built as one module; build, load, and the linear's torch reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
 ``<cache>/kernels/``, which takes about 30 s on 2 cores once per cache, source and torch version;
@@ -24,7 +25,9 @@ from plumbing.once import CacheWriteError, build_once
 
 log = logging.getLogger("splitspec.kernels")
 
-SOURCE = Path(__file__).resolve().parent / "few_row_linear.cpp"
+SOURCES = [
+    Path(__file__).resolve().parent / name for name in ("few_row_linear.cpp", "exact_attention.cpp")
+]
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
@@ -72,7 +75,8 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
 
 def build_folder(cache_dir: Path) -> Path:
     """Where the module for this source, these flags and this torch lives in ``cache_dir``."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    sources = b"".join(source.read_bytes() for source in SOURCES)
+    key = hashlib.sha256(sources + " ".join(FLAGS).encode()).hexdigest()[:12]
     return cache_dir / "kernels" / f"{MODULE_NAME}-torch-{torch.__version__}-{key}"
 
 
@@ -80,7 +84,7 @@ def _compile(build_dir: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as build_extension
 
     return build_extension(
-        MODULE_NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(build_dir)
+        MODULE_NAME, [str(s) for s in SOURCES], extra_cflags=FLAGS, build_directory=str(build_dir)
     )
 
 

@@ -35,13 +35,25 @@ class Linear(nn.Linear):
 
     packed: torch.Tensor | None = None
     few_row: FewRowFn | None = None
+    all_rows: bool = False  # every row count through few_row, 16 rows at a time (--exact)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.few_row is not None and x.dim() == 2:
+            if self.all_rows:
+                return self._in_row_blocks(x)
             if PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
                 out = self.few_row(x, self.packed)
                 return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
+
+    def _in_row_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """The kernel computes each row alone (same bits for 1 row or 16), so blocks of 16
+        keep a row's result independent of how many rows share the step."""
+        assert self.few_row is not None
+        blocks = [self.few_row(x[i : i + PACKED_MAX_ROWS], self.packed)
+                  for i in range(0, x.shape[0], PACKED_MAX_ROWS)]  # fmt: skip
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return out if self.bias is None else out + self.bias
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
@@ -54,7 +66,7 @@ def can_prepack(weight: torch.Tensor) -> bool:
 
 
 def prepack_linears(
-    model: nn.Module, cache_dir: Path | None = None, use_kernel: bool = True
+    model: nn.Module, cache_dir: Path | None = None, use_kernel: bool = True, exact: bool = False
 ) -> tuple[int, str]:
     """Packs every Linear of a CPU fp32 model in place: (bytes of weight packed, packer name).
 
@@ -66,12 +78,19 @@ def prepack_linears(
     if not linears or not can_prepack(linears[0].weight):
         return 0, ""
     kernel = few_row_linear.load(cache_dir) if use_kernel else None
+    if exact and (kernel is None or not all(few_row_linear.supports(m.weight) for m in linears)):
+        reason = few_row_linear.unavailable_reason() or (
+            "it is turned off (--no-few-row-kernel)" if not use_kernel
+            else "it failed to build or a layer's shape does not fit it"
+        )  # fmt: skip
+        raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
     packed_bytes, on_kernel = 0, 0
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
             if kernel is not None and few_row_linear.supports(weight):
                 module.packed, module.few_row = kernel.pack(weight), kernel.linear
+                module.all_rows = exact
                 on_kernel += 1
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)

@@ -11,6 +11,8 @@ committed context are its ancestors, root first).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -65,14 +67,35 @@ def for_trees(
     )
 
 
+_cpu_kernels: ModuleType | None = None  # kernels/exact_attention.cpp, once loaded
+
+
+def load_cpu_kernel(cache_dir: Path) -> None:
+    """Loads (building once if needed) the CPU attention kernel; a clear error where it cannot
+    be had. Called by an engine on the paged backend on CPU before its first step."""
+    global _cpu_kernels
+    from kernels import few_row_linear
+
+    _cpu_kernels = few_row_linear.load(cache_dir)
+    if _cpu_kernels is None:
+        reason = few_row_linear.unavailable_reason() or "its build failed (see the log)"
+        raise RuntimeError(f"the paged attention backend on CPU needs the CPU kernels: {reason}")
+
+
 def paged_attention(
     q: Tensor, k_new: Tensor, v_new: Tensor, k_pool: Tensor, v_pool: Tensor, meta: PagedMetadata
 ) -> Tensor:
-    """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D]."""
-    from kernels import paged_attention as kernel  # triton: imported only where it runs
+    """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D].
 
+    On CUDA the Triton kernel (kernels/paged_attention.py), on CPU the C++ one
+    (kernels/exact_attention.cpp): the same function, each exact per token across step kinds.
+    """
     k_pool.index_copy_(0, meta.write_slots, k_new)
     v_pool.index_copy_(0, meta.write_slots, v_new)
-    return kernel.paged_attention(
-        q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path
-    )
+    args = (meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path)
+    if q.is_cuda:
+        from kernels import paged_attention as kernel  # triton: imported only where it runs
+
+        return kernel.paged_attention(q, k_pool, v_pool, *args)
+    assert _cpu_kernels is not None, "load_cpu_kernel() first"
+    return _cpu_kernels.attention(q.contiguous(), k_pool, v_pool, *args)

@@ -30,6 +30,8 @@ def _serve(args: argparse.Namespace) -> int:
     ]
     if args.model:
         target_args += ["--model", str(args.model)]
+    if args.exact:
+        target_args.append("--exact")
     router_args = ["--model", str(args.model)] if args.model else []
     if args.http_port:
         router_args += ["--http-port", str(args.http_port)]
@@ -148,6 +150,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "native bf16 (AMX / AVX-512 BF16), else float32",
     )
     p.add_argument("--num-slots", type=int, default=32768)
+    p.add_argument("--exact", action="store_true",
+                   help="target's batch-invariant numerics (CPU fp32): a token's logits have "
+                   "the same bits in a decode, a prefill or a verify (see the target's --exact)")
     p.add_argument("--http-port", type=int, default=0,
                    help="port of the router's OpenAI-compatible HTTP API and /metrics "
                    "(0: a free port, printed)")

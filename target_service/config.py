@@ -29,6 +29,7 @@ class TargetConfig:
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
     attention: str = "torch"  # "torch" (dense gather + SDPA) or "paged" (Triton kernel)
+    exact: bool = False  # CPU fp32: batch-invariant numerics (paged attention, few-row linears)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
 
     def __post_init__(self) -> None:
@@ -38,6 +39,13 @@ class TargetConfig:
             raise ValueError(
                 f"unknown attention {self.attention!r}; choose one of {ATTENTION_BACKENDS}"
             )
+        if self.exact and (self.device != "cpu" or self.dtype != "float32"):
+            raise ValueError(
+                "--exact is CPU fp32 for now (on CUDA it needs batch-invariant matmuls); "
+                f"got device {self.device}, dtype {self.dtype}"
+            )
+        if self.exact and (self.attention != "paged" or not self.prepack_weights):
+            raise ValueError("--exact needs the paged attention and prepacked weights")
         for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

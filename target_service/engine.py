@@ -66,7 +66,9 @@ class TargetEngine:
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
             model.config.max_position,
         )  # fmt: skip
-        self.paged = config.attention == "paged"  # on CPU Triton's interpreter runs it (tests)
+        self.paged = config.attention == "paged"
+        if self.paged and self.device.type == "cpu":
+            paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.cpp
 
     # ---- public API -------------------------------------------------------------------
 

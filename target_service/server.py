@@ -92,6 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on a GPU)",
     )
     parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="CPU fp32: batch-invariant numerics, so a token's logits have the same bits in a "
+        "decode, a prefill chunk or a tree verify and greedy speculation gives target-only's "
+        "output exactly (paged attention and the few-row kernel for every linear; slower "
+        "prefill, see the README)",
+    )
+    parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=(1, 2, 4, 8, 16, 32),
@@ -128,7 +136,8 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         few_row_kernel=args.few_row_kernel,
         cuda_graphs=args.cuda_graphs,
         fused_kernels=args.fused_kernels,
-        attention=args.attention,
+        attention="paged" if args.exact else args.attention,
+        exact=args.exact,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
@@ -139,7 +148,9 @@ def build_engine(config: TargetConfig) -> TargetEngine:
     dtype = getattr(torch, config.dtype)
     model = load_model(config.model_path, dtype, torch.device(config.device), config.cache_dir)
     if config.prepack_weights:
-        packed, packer = prepack_linears(model, config.cache_dir, config.few_row_kernel)
+        packed, packer = prepack_linears(
+            model, config.cache_dir, config.few_row_kernel, exact=config.exact
+        )
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)

@@ -1,0 +1,88 @@
+"""What the target's --exact mode costs on CPU: step times of the default model, side by side.
+
+  python -m benchmarks.bench_exact [--out benchmarks/results/exact_cpu.json] [--rounds 5]
+
+In-process engines (no gRPC), fp32, the default model with its real weights: a one-token decode
+at ~200 tokens of context, a 16-node chain verify, and a 256-token prefill, for the default
+numerics (torch attention, few-row kernel for 4-16 rows) and --exact (paged C++ attention, the
+few-row kernel for every row count). The two engines alternate round by round so that drift in
+the machine's load hits both; medians of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import git_commit, utc_now
+from model_runtime.loading import default_model_path, load_model
+from model_runtime.packed_linear import prepack_linears
+from plumbing.paths import default_cache_dir
+from target_service.config import TargetConfig
+from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.request_table import SamplingSpec
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "exact_cpu.json"
+GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+CONTEXT = 200
+NUM_SLOTS = 8192
+
+
+def engine(exact: bool) -> TargetEngine:
+    cache = default_cache_dir()
+    model = load_model(default_model_path(), torch.float32, torch.device("cpu"), cache)
+    prepack_linears(model, cache, exact=exact)
+    config = TargetConfig(model_path=default_model_path(), cache_dir=cache, num_slots=NUM_SLOTS,
+                          attention="paged" if exact else "torch", exact=exact)  # fmt: skip
+    return TargetEngine(config, model)
+
+
+def one_round(target: TargetEngine, round_index: int) -> dict[str, float]:
+    """ms of a 256-token prefill, a decode step and a 16-node verify, on a fresh request."""
+    slots = iter(range(NUM_SLOTS))
+    rid = f"r{round_index}"
+    prompt = [(37 * i) % 5000 + 10 for i in range(256)]
+    started = time.perf_counter()
+    target.forward([StepItem(rid, prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
+    prefill_ms = (time.perf_counter() - started) * 1e3
+    decode = [target.forward([StepItem(rid, [5], 256 + i, [next(slots)])]).forward_ms
+              for i in range(8)]  # fmt: skip
+    tree = VerifyItem(rid, 264, [5] * 16, [-1, *range(15)], [next(slots) for _ in range(16)])
+    _, verify_ms = target.verify([tree])
+    target.release([rid])
+    return {"prefill256_ms": prefill_ms, "decode_ms": statistics.median(decode),
+            "verify16_ms": verify_ms}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    engines = {"default": engine(False), "exact": engine(True)}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
+    with torch.inference_mode():
+        for r in range(args.rounds + 1):  # round 0 warms up
+            for name, target in engines.items():
+                times = one_round(target, r)
+                if r:
+                    rows[name].append(times)
+    medians = {
+        name: {key: statistics.median(t[key] for t in times) for key in times[0]}
+        for name, times in rows.items()
+    }
+    ratios = {key: medians["exact"][key] / medians["default"][key] for key in medians["exact"]}
+    report = {"date": utc_now(), "commit": git_commit(), "threads": torch.get_num_threads(),
+              "medians_ms": medians, "exact_over_default": ratios}  # fmt: skip
+    args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

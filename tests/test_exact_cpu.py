@@ -1,0 +1,119 @@
+"""The target's --exact mode on CPU (fp32): a token's bits do not depend on its step.
+
+The C++ paged attention (kernels/exact_attention.cpp) against its torch reference; the few-row
+linear giving one row the same bits alone and inside 2-64 rows; and, on the real default model
+in-process, the hidden rows (hence logits) of a continuation computed by one-token decodes, by
+one verify of the chain, and by one prefill chunk beside another request: equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kernels import few_row_linear, paged_reference
+from model_runtime.loading import default_model_path, load_model
+from model_runtime.packed_linear import Linear, prepack_linears
+from plumbing.paths import default_cache_dir
+from target_service.config import TargetConfig
+from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.request_table import SamplingSpec
+from tests.helpers.prompts import chat_ids
+
+UNAVAILABLE = few_row_linear.unavailable_reason()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels: {UNAVAILABLE}")
+GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+NUM_SLOTS = 2048
+
+
+def cpu_kernels():
+    return few_row_linear.load(default_cache_dir())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cpu_attention_matches_reference(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    k_pool, v_pool = (torch.randn(301, 3, 64, generator=gen) for _ in range(2))
+    table = torch.randint(0, 300, (4, 150), generator=gen)
+    lengths = torch.randint(1, 150, (12,), generator=gen)
+    prefix = (lengths * torch.rand(12, generator=gen)).long()
+    prefix[:4] = lengths[:4]  # decode/prefill queries: every key from the table
+    rows = torch.randint(0, 4, (12,), generator=gen)
+    path = torch.randint(0, 300, (12, 150), generator=gen)
+    q = torch.randn(12, 9, 64, generator=gen)
+    args = (q, k_pool, v_pool, table, rows, lengths, prefix, path)
+    got = cpu_kernels().attention(*args)
+    torch.testing.assert_close(got, paged_reference.paged_attention(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_attention_refuses_bad_tensors() -> None:
+    q = torch.randn(2, 9, 64).double()
+    with pytest.raises(RuntimeError, match="q: expected a contiguous CPU tensor"):
+        cpu_kernels().attention(q, *[torch.zeros(1)] * 7)
+
+
+def test_a_row_alone_and_inside_2_to_64_rows_has_the_same_bits() -> None:
+    linear = Linear(576, 1536, bias=False)
+    prepack_linears(linear_holder(linear), default_cache_dir(), exact=True)
+    assert linear.all_rows
+    x = torch.randn(64, 576)
+    with torch.no_grad():
+        alone = linear(x[:1])
+        for rows in (2, 5, 16, 17, 40, 64):
+            assert torch.equal(linear(x[:rows])[:1], alone), f"{rows} rows"
+            assert torch.equal(linear(x[:rows])[rows - 1 :], linear(x[rows - 1 : rows]))
+
+
+def linear_holder(linear: Linear) -> torch.nn.Module:
+    holder = torch.nn.Module()
+    holder.layer = linear
+    return holder
+
+
+@pytest.fixture(scope="module")
+def exact_engine_factory():
+    model = load_model(
+        default_model_path(), torch.float32, torch.device("cpu"), default_cache_dir()
+    )
+    prepack_linears(model, default_cache_dir(), exact=True)
+    config = TargetConfig(model_path=default_model_path(), cache_dir=default_cache_dir(),
+                          num_slots=NUM_SLOTS, attention="paged", exact=True)  # fmt: skip
+    return lambda: TargetEngine(config, model)
+
+
+def hidden_at(engine: TargetEngine, request_id: str, start: int, end: int) -> torch.Tensor:
+    return engine.read_hidden(request_id, start, end)
+
+
+def test_decode_verify_and_prefill_give_the_same_bits(exact_engine_factory) -> None:
+    prompt = list(chat_ids([{"role": "user", "content": "Name three uses of copper."}]))
+    other = list(chat_ids([{"role": "user", "content": "What is a prime number?"}]))
+    steps, n = 12, len(prompt)
+    slots = iter(random.Random(0).sample(range(NUM_SLOTS), NUM_SLOTS))  # a scattered layout
+
+    decoded = exact_engine_factory()
+    first = decoded.forward([StepItem("a", prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
+    tokens = first.next_token_ids
+    for i in range(steps + 1):  # the chain's bonus token too
+        item = StepItem("a", [tokens[-1]], n + i, [next(slots)])
+        tokens += decoded.forward([item]).next_token_ids
+    by_decode = hidden_at(decoded, "a", n, n + steps)
+
+    verified = exact_engine_factory()
+    verified.forward([StepItem("a", prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
+    chain = tokens[: steps + 1]  # the root (first sampled token) and `steps` drafts
+    (result,), _ = verified.verify(
+        [VerifyItem("a", n, chain, [-1, *range(steps)], [next(slots) for _ in chain], True)]
+    )
+    assert result.token_ids == tokens[1 : steps + 2], "the greedy chain was not all accepted"
+    assert result.hidden is not None
+    assert torch.equal(result.hidden[:steps], by_decode), "verify and decode round differently"
+
+    chunked = exact_engine_factory()
+    text = prompt + tokens[:steps]
+    both = [StepItem("b", other, 0, [next(slots) for _ in other], True, GREEDY),
+            StepItem("a", text, 0, [next(slots) for _ in text], True, GREEDY)]  # fmt: skip
+    assert chunked.forward(both).next_token_ids[1] == tokens[steps]
+    assert torch.equal(hidden_at(chunked, "a", n, n + steps), by_decode), "prefill differs"
