@@ -17,10 +17,18 @@ namespace {
 
 constexpr int64_t LANES = 16;
 
+// Lanes i..i+15 that lie below n (head dims that are not a multiple of 16 take a masked tail).
+__mmask16 lanes_below(int64_t i, int64_t n) {
+  return n - i >= LANES ? static_cast<__mmask16>(0xFFFF)
+                        : static_cast<__mmask16>((1u << (n - i)) - 1u);
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += LANES)
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __mmask16 m = lanes_below(i, n);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
   return _mm512_reduce_add_ps(acc);
 }
 
@@ -46,12 +54,13 @@ void one_head(const float* q, const float* k_pool, const float* v_pool, const Ke
     total += scores[j];
   }
   for (int64_t i = 0; i < dim; i += LANES) {
+    const __mmask16 m = lanes_below(i, dim);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < num_keys; ++j) {
       const float* v = v_pool + keys.slot(j) * slot_stride + head_offset + i;
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), _mm512_loadu_ps(v), acc);
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), _mm512_maskz_loadu_ps(m, v), acc);
     }
-    _mm512_storeu_ps(out + i, _mm512_div_ps(acc, _mm512_set1_ps(total)));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_div_ps(acc, _mm512_set1_ps(total)));
   }
 }
 
@@ -74,7 +83,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k_pool,
   for (const auto* t : {&query_row, &query_len, &prefix_len}) check(*t, 1, torch::kLong, "rows");
   const int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t kv_heads = k_pool.size(1), group = heads / kv_heads;
-  TORCH_CHECK(dim % LANES == 0 && heads % kv_heads == 0, "head_dim must be a multiple of 16");
+  TORCH_CHECK(heads % kv_heads == 0, "heads must be a multiple of the KV heads");
   TORCH_CHECK(v_pool.sizes() == k_pool.sizes() && k_pool.size(2) == dim, "pool shapes differ");
   auto out = torch::empty_like(q);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));

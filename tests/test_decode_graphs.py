@@ -16,7 +16,9 @@ import torch
 if not torch.cuda.is_available():  # the paged backend's Triton kernel runs interpreted on CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from kernels import few_row_linear
 from model_runtime.fused_layers import merge_projections
+from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine
 from target_service.graph_runner import DecodeGraphRunner, bucket_for, context_buckets
@@ -35,7 +37,7 @@ def make_engine(
 ) -> TargetEngine:
     """graphs None: the ordinary eager step; False: the runner's body eagerly; True: replay."""
     config = TargetConfig(
-        model_path=Path("."), cache_dir=Path("."), dtype=dtype, num_slots=NUM_SLOTS,
+        model_path=Path("."), cache_dir=default_cache_dir(), dtype=dtype, num_slots=NUM_SLOTS,
         device=device, attention=attention,
     )  # fmt: skip
     engine = TargetEngine(config, model)
@@ -69,6 +71,12 @@ def decode(engine: TargetEngine, specs: list[SamplingSpec], num_steps: int) -> l
     return out
 
 
+def skip_without_paged_backend() -> None:
+    reason = few_row_linear.unavailable_reason()
+    if reason is not None:  # on CPU the paged backend is kernels/exact_attention.cpp
+        pytest.skip(f"the CPU attention kernel cannot run here: {reason}")
+
+
 def test_context_buckets_cover_the_context() -> None:
     assert context_buckets(300) == (256, 512)
     assert context_buckets(256) == (256,)
@@ -86,7 +94,7 @@ def test_runner_decodes_what_the_eager_step_decodes(tiny_model_dir: Path) -> Non
 
 def test_paged_runner_decodes_what_the_paged_eager_step_decodes(tiny_model_dir: Path) -> None:
     """The runner's body on the paged backend (Triton's interpreter on CPU): same tokens."""
-    pytest.importorskip("triton", reason="the paged backend is a Triton kernel")
+    skip_without_paged_backend()
     model = load_copy(tiny_model_dir, "cpu", torch.float32)
     specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     plain = make_engine(model, "float32", None, attention="paged")
@@ -100,7 +108,7 @@ def test_paged_runner_decodes_what_the_paged_eager_step_decodes(tiny_model_dir: 
 def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path, attention: str) -> None:
     """A 3-request step runs in the 4-bucket: the padded row writes nowhere but the dummy."""
     if attention == "paged":
-        pytest.importorskip("triton", reason="the paged backend is a Triton kernel")
+        skip_without_paged_backend()
     dtype = torch.float64 if attention == "torch" else torch.float32
     model = load_copy(tiny_model_dir, "cpu", dtype)
     engine = make_engine(model, str(dtype).removeprefix("torch."), False, attention=attention)

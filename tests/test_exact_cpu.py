@@ -33,16 +33,17 @@ def cpu_kernels():
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_cpu_attention_matches_reference(seed: int) -> None:
+@pytest.mark.parametrize("head_dim", [64, 24])  # 24: the masked tail past 16 lanes
+def test_cpu_attention_matches_reference(seed: int, head_dim: int) -> None:
     gen = torch.Generator().manual_seed(seed)
-    k_pool, v_pool = (torch.randn(301, 3, 64, generator=gen) for _ in range(2))
+    k_pool, v_pool = (torch.randn(301, 3, head_dim, generator=gen) for _ in range(2))
     table = torch.randint(0, 300, (4, 150), generator=gen)
     lengths = torch.randint(1, 150, (12,), generator=gen)
     prefix = (lengths * torch.rand(12, generator=gen)).long()
     prefix[:4] = lengths[:4]  # decode/prefill queries: every key from the table
     rows = torch.randint(0, 4, (12,), generator=gen)
     path = torch.randint(0, 300, (12, 150), generator=gen)
-    q = torch.randn(12, 9, 64, generator=gen)
+    q = torch.randn(12, 9, head_dim, generator=gen)
     args = (q, k_pool, v_pool, table, rows, lengths, prefix, path)
     got = cpu_kernels().attention(*args)
     torch.testing.assert_close(got, paged_reference.paged_attention(*args), rtol=1e-5, atol=1e-5)

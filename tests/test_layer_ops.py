@@ -23,7 +23,7 @@ from kernels import layer_reference  # noqa: E402
 from model_runtime.fused_layers import is_merged, merge_projections  # noqa: E402
 from tests.helpers.spec_fixtures import load_copy, load_fp64  # noqa: E402
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 (fixture)
-from tests.test_paged_attention import run_engine  # noqa: E402
+from tests.test_paged_attention import needs_paged_engine, run_engine  # noqa: E402
 
 DEVICE = "cuda" if ON_CUDA else "cpu"
 TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 2e-2)}
@@ -87,6 +87,7 @@ def test_merged_projections_are_views_of_one_weight(tiny_model_dir: Path) -> Non
     assert attn.q_proj.weight.data_ptr() == attn.qkv_weight.data_ptr()
 
 
+@needs_paged_engine
 def test_fused_body_computes_what_the_layer_loop_computes(tiny_model_dir: Path) -> None:
     """Prefill, mixed decode + prefill and random tree verifies, paged attention both times."""
     plain = load_copy(tiny_model_dir, DEVICE, torch.float32)

@@ -21,8 +21,9 @@ if not ON_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 kernel = pytest.importorskip("kernels.paged_attention", reason="triton is not installed")
 
-from kernels import paged_reference, tree_ops  # noqa: E402
+from kernels import few_row_linear, paged_reference, tree_ops  # noqa: E402
 from model_runtime import paged  # noqa: E402
+from plumbing.paths import default_cache_dir  # noqa: E402
 from target_service.config import TargetConfig  # noqa: E402
 from target_service.engine import StepItem, TargetEngine, VerifyItem  # noqa: E402
 from target_service.request_table import SamplingSpec  # noqa: E402
@@ -31,6 +32,11 @@ from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 
 from tests.test_tree import random_tree  # noqa: E402
 
 DEVICE = "cuda" if ON_CUDA else "cpu"
+# An engine on the paged backend runs the C++ kernel on CPU (kernels/exact_attention.cpp).
+needs_paged_engine = pytest.mark.skipif(
+    not ON_CUDA and few_row_linear.unavailable_reason() is not None,
+    reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
+)
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2)}
 SHAPES = [(9, 3, 64), (32, 8, 128)]  # (heads, kv heads, head dim): SmolLM2, Llama-3.1-8B
 NUM_SLOTS = 300
@@ -139,7 +145,7 @@ PROMPTS = [[3, 9, 27, 81, 243, 5, 7], [11, 13, 17], [100, 200, 300, 400, 500]]
 def run_engine(model, attention: str, seed: int) -> list:
     """Prefills, decodes a few mixed steps, then verifies random trees; returns what came out."""
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    config = TargetConfig(model_path=Path("."), cache_dir=Path("."), dtype=dtype,
+    config = TargetConfig(model_path=Path("."), cache_dir=default_cache_dir(), dtype=dtype,
                           num_slots=NUM_SLOTS, device=DEVICE, attention=attention)  # fmt: skip
     engine = TargetEngine(config, model)
     assert engine.paged == (attention == "paged")
@@ -163,6 +169,7 @@ def run_engine(model, attention: str, seed: int) -> list:
     return out + [(r.token_ids, r.hidden) for r in results]
 
 
+@needs_paged_engine
 @pytest.mark.parametrize("seed", range(1))
 def test_paged_engine_matches_the_torch_engine(tiny_model_dir: Path, seed: int) -> None:
     model = load_copy(tiny_model_dir, DEVICE, torch.float32)
