@@ -118,3 +118,26 @@ def test_decode_verify_and_prefill_give_the_same_bits(exact_engine_factory) -> N
             StepItem("a", text, 0, [next(slots) for _ in text], True, GREEDY)]  # fmt: skip
     assert chunked.forward(both).next_token_ids[1] == tokens[steps]
     assert torch.equal(hidden_at(chunked, "a", n, n + steps), by_decode), "prefill differs"
+
+
+def sampled_run(engine: TargetEngine, prompts: list[list[int]], steps: int) -> list[list[int]]:
+    """Seeded sampling of every prompt together for ``steps`` steps; request 0 is the probe."""
+    slots = iter(range(NUM_SLOTS))
+    specs = [SamplingSpec(0.9, 0.95, 40, seed=7 + i) for i in range(len(prompts))]
+    items = [StepItem(f"s{i}", p, 0, [next(slots) for _ in p], True, spec)
+             for i, (p, spec) in enumerate(zip(prompts, specs, strict=True))]  # fmt: skip
+    out = [[t] for t in engine.forward(items).next_token_ids]
+    for _ in range(steps):
+        step = [StepItem(f"s{i}", [o[-1]], len(p) + len(o) - 1, [next(slots)])
+                for i, (p, o) in enumerate(zip(prompts, out, strict=True))]  # fmt: skip
+        for o, t in zip(out, engine.forward(step).next_token_ids, strict=True):
+            o.append(t)
+    return out
+
+
+def test_a_seeded_request_samples_the_same_whatever_its_neighbours(exact_engine_factory) -> None:
+    texts = ["Tell me a story about a fox.", "List some rivers.", "Why do cats purr?"]
+    prompts = [list(chat_ids([{"role": "user", "content": t}])) for t in texts]
+    alone = sampled_run(exact_engine_factory(), prompts[:1], 16)[0]
+    with_neighbours = sampled_run(exact_engine_factory(), prompts, 16)[0]
+    assert alone == with_neighbours

@@ -1,38 +1,21 @@
 """The fused Triton kernels (kernels/fused_ops.py) against their torch references.
 
 On CUDA they run as compiled kernels; on CPU under Triton's interpreter (TRITON_INTERPRET=1,
-set here before triton is imported), so CI checks the same kernel code without a GPU.
+set by tests/helpers/kernel_checks.py before triton is imported), so CI checks the same kernel code
+without a GPU.
 Outputs are poisoned with NaN first, so a kernel that skips an element cannot pass.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-ON_CUDA = torch.cuda.is_available()
-if not ON_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from tests.helpers.kernel_checks import DEVICE, DTYPES, assert_matches, poisoned
+
 fused_ops = pytest.importorskip("kernels.fused_ops", reason="triton is not installed")
 
 from kernels import fused_reference  # noqa: E402
-
-DEVICE = "cuda" if ON_CUDA else "cpu"
-# One rounding in the kernel, one per op in the reference: a few bf16 ulps apart at most.
-TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 2e-2)}
-DTYPES = [torch.float32, torch.bfloat16]
-
-
-def poisoned(like: torch.Tensor) -> torch.Tensor:
-    return torch.full_like(like, float("nan"))
-
-
-def assert_matches(got: torch.Tensor, want: torch.Tensor) -> None:
-    assert not got.isnan().any(), "the kernel left poisoned elements"
-    rtol, atol = TOLERANCE[want.dtype]
-    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,15 +8,13 @@ imported), on CUDA compiled. Outputs and pools are poisoned first, so a skipped 
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-ON_CUDA = torch.cuda.is_available()
-if not ON_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from tests.helpers.kernel_checks import DEVICE, DTYPES, ON_CUDA, assert_matches
+
 layer_ops = pytest.importorskip("kernels.layer_ops", reason="triton is not installed")
 
 from kernels import layer_reference  # noqa: E402
@@ -24,16 +22,6 @@ from model_runtime.fused_layers import is_merged, merge_projections  # noqa: E40
 from tests.helpers.spec_fixtures import load_copy, load_fp64  # noqa: E402
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 (fixture)
 from tests.test_paged_attention import needs_paged_engine, run_engine  # noqa: E402
-
-DEVICE = "cuda" if ON_CUDA else "cpu"
-TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 2e-2)}
-DTYPES = [torch.float32, torch.bfloat16]
-
-
-def assert_matches(got: torch.Tensor, want: torch.Tensor) -> None:
-    assert not got.isnan().any(), "the kernel left poisoned elements"
-    rtol, atol = TOLERANCE[want.dtype]
-    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

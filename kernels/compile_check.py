@@ -1,11 +1,13 @@
-"""Compile the tree kernels for a CUDA target with no GPU present: Triton's compiler and ptxas.
+"""Compile the Triton kernels for a CUDA target with no GPU present: Triton's compiler and ptxas.
 
 The CPU tests run the kernels under Triton's interpreter, which does not check what only the
 compiler checks (a loop-carried value that changes dtype, an op with no lowering). This compiles
 each kernel, with the argument types the wrappers pass, to a cubin for sm_90 (the H200), so CI
 catches those on a machine without CUDA. Prints one line per kernel variant:
 
-    python -m kernels.tree_compile_check [--arch 90]
+    python -m kernels.compile_check [--arch 90]
+
+Covered: the tree kernels, the fused ops, the paged attention and the merged layer kernels.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels import tree_compact, tree_kernels
+from kernels import fused_ops, layer_ops, paged_attention, tree_compact, tree_kernels
 
 MASK = {
     "parents_ptr": "*i64",
@@ -85,12 +87,52 @@ def variants() -> list[tuple[str, object, dict[str, str], dict[str, int], int]]:
     return found
 
 
+def ptrs(kind: str, *names: str) -> dict[str, str]:
+    return {name: kind for name in names}
+
+
+def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], int]]:
+    """The decoder's kernels in bf16 and fp32, for the default model's and the 8B's shapes."""
+    found: list[tuple[str, object, dict[str, str], dict[str, int], int]] = []
+    for word in ("*bf16", "*fp32"):
+        for group, head_dim in ((3, 64), (4, 128)):
+            signature = {
+                **ptrs(word, "q_ptr", "k_ptr", "v_ptr", "out_ptr"),
+                **ptrs("*i64", "table_ptr", "row_ptr", "len_ptr", "prefix_ptr", "path_ptr"),
+                **ptrs("i32", "stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_ot",
+                       "stride_oh", "stride_table", "stride_path"),
+                "scale": "fp32",
+            }  # fmt: skip
+            constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_H": 16,
+                          "BLOCK_K": paged_attention.BLOCK_K}  # fmt: skip
+            found.append((f"paged attention {word} group {group} dim {head_dim}",
+                          paged_attention._paged_attention_kernel, signature, constexprs, 4))
+            rope = {**ptrs(word, "qkv_ptr", "cos_ptr", "sin_ptr"), "slots_ptr": "*i64",
+                    **ptrs(word, "q_ptr", "k_pool_ptr", "v_pool_ptr"),
+                    **ptrs("i32", "stride_qkv", "stride_cos", "stride_q", "stride_pool")}
+            heads = {"NUM_HEADS": 3 * group, "NUM_KV_HEADS": 3, "HALF": head_dim // 2}
+            found.append((f"rope+store {word} dim {head_dim}",
+                          layer_ops._rope_and_store_kernel, rope, heads, 4))
+        norm = {**ptrs(word, "x_ptr", "res_ptr", "w_ptr", "normed_ptr", "sum_ptr"),
+                "n_cols": "i32", "eps": "fp32"}
+        found.append((f"add+rmsnorm {word}", layer_ops._add_rms_norm_kernel, norm,
+                      {"BLOCK": 1024}, 4))
+        halves = {**ptrs(word, "x_ptr", "out_ptr"), "n": "i32", "width": "i32"}
+        found.append((f"silu*mul halves {word}", layer_ops._silu_mul_halves_kernel, halves,
+                      {"BLOCK": 1024}, 4))
+        plain_norm = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
+                      **ptrs("i32", "stride_x", "stride_out", "n_cols"), "eps": "fp32"}
+        found.append((f"rmsnorm {word}", fused_ops._rms_norm_kernel, plain_norm,
+                      {"BLOCK": 1024}, 4))
+    return found  # fmt: skip
+
+
 def compile_all(arch: int = 90) -> list[str]:
     if tree_kernels.INTERPRETED:
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter compiles nothing")
     target = GPUTarget("cuda", arch, 32)
     lines = []
-    for label, kernel, signature, constexprs, warps in variants():
+    for label, kernel, signature, constexprs, warps in variants() + model_variants():
         source = ASTSource(
             fn=kernel,
             signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
@@ -102,7 +144,7 @@ def compile_all(arch: int = 90) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Triton tree kernels vs torch reference, CUDA")
+    parser = argparse.ArgumentParser(description="compile every Triton kernel for a CUDA target")
     parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90")
     for line in compile_all(parser.parse_args().arch):
         print(line)
