@@ -1,12 +1,17 @@
 """What the target's --exact mode costs on CPU: step times of the default model, side by side.
 
   python -m benchmarks.bench_exact [--out benchmarks/results/exact_cpu.json] [--rounds 5]
+                                   [--stack-prompts 6]
 
 In-process engines (no gRPC), fp32, the default model with its real weights: a one-token decode
 at ~200 tokens of context, a 16-node chain verify, and a 256-token prefill, for the default
 numerics (torch attention, few-row kernel for 4-16 rows) and --exact (paged C++ attention, the
 few-row kernel for every row count). The two engines alternate round by round so that drift in
 the machine's load hits both; medians of each.
+
+Then end to end: two whole stacks (router, target, one EAGLE replica), default and --exact, up
+at once and used in turn prompt by prompt (only one works at a time): batch-1 greedy tok/s with
+speculation on and off over held-out ShareGPT prompts (0 prompts skips this phase).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,11 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stack-prompts", type=int, default=6)
     args = parser.parse_args(argv)
+    report = {"date": utc_now(), "commit": git_commit(), "threads": torch.get_num_threads(),
+              **step_phase(args.rounds)}  # fmt: skip
+    if args.stack_prompts:
+        report["stacks_batch1"] = stack_phase(args.stack_prompts)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def step_phase(rounds: int) -> dict:
     engines = {"default": engine(False), "exact": engine(True)}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
     with torch.inference_mode():
-        for r in range(args.rounds + 1):  # round 0 warms up
+        for r in range(rounds + 1):  # round 0 warms up
             for name, target in engines.items():
                 times = one_round(target, r)
                 if r:
@@ -77,11 +94,49 @@ def main(argv: list[str] | None = None) -> int:
         for name, times in rows.items()
     }
     ratios = {key: medians["exact"][key] / medians["default"][key] for key in medians["exact"]}
-    report = {"date": utc_now(), "commit": git_commit(), "threads": torch.get_num_threads(),
-              "medians_ms": medians, "exact_over_default": ratios}  # fmt: skip
-    args.out.write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
-    return 0
+    return {"medians_ms": medians, "exact_over_default": ratios}
+
+
+def stack_phase(num_prompts: int) -> dict:
+    from benchmarks.bench_speculative import batch1_speed, sharegpt_heldout
+    from splitspec.client import Client
+    from splitspec.launcher import LocalStack
+
+    prompts = sharegpt_heldout(num_prompts)
+    stacks = {
+        name: LocalStack(["--device", "cpu", "--dtype", "float32", *extra], [],
+                         log_dir=Path(tempfile.mkdtemp(prefix=f"bench-exact-{name}-")),
+                         draft_args=[["--method", "eagle", "--dtype", "float32"]])
+        for name, extra in (("default", []), ("exact", ["--exact"]))
+    }  # fmt: skip
+    for stack in stacks.values():
+        stack.launch()
+    try:
+        for stack in stacks.values():
+            stack.wait_ready(timeout_s=900)
+        clients = {name: Client(stack.router_address) for name, stack in stacks.items()}
+        runs: dict[str, list[dict]] = {name: [] for name in stacks}
+        for i, prompt in enumerate(prompts):
+            order = list(clients) if i % 2 == 0 else list(clients)[::-1]
+            for name in order:
+                runs[name].append(batch1_speed(clients[name], [prompt], 96))
+    finally:
+        for stack in stacks.values():
+            stack.stop()
+    return {name: _speed_totals(rows) for name, rows in runs.items()}
+
+
+def _speed_totals(rows: list[dict]) -> dict:
+    out = {}
+    for mode in ("speculative", "target_only"):
+        tokens = sum(r[mode]["tokens"] for r in rows)
+        wall = sum(r[mode]["wall_s"] for r in rows)
+        out[mode] = {"tokens": tokens, "wall_s": round(wall, 2), "tok_s": round(tokens / wall, 2)}
+    out["speedup"] = round(out["speculative"]["tok_s"] / out["target_only"]["tok_s"], 3)
+    out["outputs_differing"] = sum(
+        r["speculative"]["outputs_differing_from_target_only"] for r in rows
+    )
+    return out
 
 
 if __name__ == "__main__":
