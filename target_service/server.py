@@ -154,7 +154,9 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)
-    log.info("attention backend: %s", "paged (Triton)" if engine.paged else "torch")
+    kernel = "Triton" if config.device.startswith("cuda") else "C++, kernels/exact_attention.cpp"
+    backend = f"paged ({kernel})" if engine.paged else "torch"
+    log.info("attention backend: %s%s", backend, "; exact numerics" if config.exact else "")
     if config.device.startswith("cuda"):
         # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
         # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
