@@ -130,7 +130,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TargetInfo(_message.Message):
-    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests")
+    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +141,9 @@ class TargetInfo(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_GRAPH_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    EXACT_NUMERICS_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     architecture: str
     vocab_size: int
@@ -151,4 +154,7 @@ class TargetInfo(_message.Message):
     device: str
     max_batch_tokens: int
     max_requests: int
-    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ...) -> None: ...
+    max_tree_tokens: int
+    decode_graph_batches: _containers.RepeatedScalarFieldContainer[int]
+    exact_numerics: bool
+    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ..., max_tree_tokens: _Optional[int] = ..., decode_graph_batches: _Optional[_Iterable[int]] = ..., exact_numerics: _Optional[bool] = ...) -> None: ...

@@ -195,6 +195,10 @@ async def serve(
         log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
                     config.max_step_tokens, info.max_batch_tokens)
         config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
+    if info.max_tree_tokens and config.max_tree_tokens > info.max_tree_tokens:
+        log.warning("--max-tree-tokens %d lowered to the target's max_tree_tokens %d",
+                    config.max_tree_tokens, info.max_tree_tokens)
+        config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
     drafts = config.draft_addresses or config.draft_dns
     lookahead = config.max_tree_tokens if drafts else 0
     kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)

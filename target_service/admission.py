@@ -43,6 +43,7 @@ class StepLimits:
     max_context: int
     vocab_size: int
     max_position: int
+    max_tree_tokens: int
 
 
 def admit_step(
@@ -105,9 +106,15 @@ def admit_trees(
         raise InvalidStep("a request may appear once per verify")
     if sum(len(it.token_ids) for it in items) > limits.max_batch_tokens:
         raise InvalidStep(f"trees exceed max_batch_tokens {limits.max_batch_tokens}")
+    for item in items:  # the trees' own shape first: it needs no state
+        check_tree(item.request_id, item.token_ids, item.parents, limits.vocab_size)
+        if len(item.token_ids) > limits.max_tree_tokens:
+            raise InvalidStep(
+                f"request {item.request_id!r}: a tree of {len(item.token_ids)} nodes exceeds the "
+                f"target's max_tree_tokens {limits.max_tree_tokens}"
+            )
     states = [table.get(it.request_id) for it in items]
     for item, state in zip(items, states, strict=True):
-        check_tree(item.request_id, item.token_ids, item.parents, limits.vocab_size)
         end = item.start_pos + len(item.token_ids)
         if item.start_pos < 1 or end > state.table_len + len(item.new_slots):
             raise InvalidStep(

@@ -23,6 +23,7 @@ class TargetConfig:
     max_batch_tokens: int = 4096  # most tokens one Forward may carry
     max_context: int = 8192  # longest context, capped by the model's positions
     max_lookahead: int = 128  # slots a request may hold beyond its context (draft tree budget)
+    max_tree_tokens: int = 64  # most nodes of one verified tree (advertised in TargetInfo)
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     prepack_weights: bool = True  # CPU fp32: prepacked weights for few-row (verify) steps
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
@@ -46,6 +47,10 @@ class TargetConfig:
             )
         if self.exact and (self.attention != "paged" or not self.prepack_weights):
             raise ValueError("--exact needs the paged attention and prepacked weights")
+        if not 0 < self.max_tree_tokens <= self.max_lookahead:
+            raise ValueError(
+                f"max_tree_tokens must be in [1, max_lookahead {self.max_lookahead}]"
+            )
         for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -64,7 +64,7 @@ class TargetEngine:
         self.graphs: DecodeGraphRunner | None = None
         self.limits = StepLimits(
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
-            model.config.max_position,
+            model.config.max_position, config.max_tree_tokens,
         )  # fmt: skip
         self.paged = config.attention == "paged"
         if self.paged and self.device.type == "cpu":

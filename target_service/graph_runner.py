@@ -134,6 +134,10 @@ class DecodeGraphRunner:
         self._dirty_rows = self.batch_buckets[-1]  # rows [0, this) may hold a past step's data
         self._reset_padding(0)
 
+    def captured_batches(self) -> list[int]:
+        """Batch buckets with captured graphs (empty when graphs are off)."""
+        return sorted({batch for batch, _, _ in self.graphs})
+
     def can_run(self, num_requests: int, max_positions: int) -> bool:
         return (
             bucket_for(num_requests, self.batch_buckets) is not None

@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on a GPU)",
     )
     parser.add_argument(
+        "--max-tree-tokens",
+        type=int,
+        default=64,
+        help="most nodes (root included) of one verified tree; advertised to the router, which "
+        "cuts its trees to it; larger trees are refused",
+    )
+    parser.add_argument(
         "--exact",
         action="store_true",
         help="CPU fp32: batch-invariant numerics, so a token's logits have the same bits in a "
@@ -138,6 +145,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         fused_kernels=args.fused_kernels,
         attention="paged" if args.exact else args.attention,
         exact=args.exact,
+        max_tree_tokens=args.max_tree_tokens,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
     )
 
@@ -191,6 +199,9 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
         device=cfg.device,
         max_batch_tokens=cfg.max_batch_tokens,
         max_requests=cfg.max_requests,
+        max_tree_tokens=cfg.max_tree_tokens,
+        decode_graph_batches=engine.graphs.captured_batches() if engine.graphs else [],
+        exact_numerics=cfg.exact,
     )
 
 
