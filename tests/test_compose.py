@@ -10,65 +10,38 @@ the `tester` service); this driver scales, kills and reads their JSON.
 
 Runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1, as root with podman installed
 (.ci/run installs it); there a missing podman fails the test instead of skipping it.
-In CI the images build in the background from the start (.ci/run, SPLITSPEC_IMAGE_BUILD) and
-the first test waits for that build. SPLITSPEC_REUSE_IMAGES=1 skips the build when the images
-exist (local iteration only).
+In CI the images build and the stack starts in the background while other tests run
+(tests/helpers/compose_stack.py); the first test waits for them. SPLITSPEC_REUSE_IMAGES=1
+skips the build when the images exist (local iteration only).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from splitspec.launcher import free_ports
+from tests.helpers.compose_stack import (
+    ENABLED,
+    IMAGES,
+    PROJECT,
+    compose,
+    run,
+    tear_down,
+    wait_up,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-ENABLED = os.environ.get("CI") == "true" or os.environ.get("SPLITSPEC_CONTAINER_TESTS") == "1"
 if not ENABLED:
     pytest.skip(
         "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
         allow_module_level=True,
     )
-pytestmark = pytest.mark.timeout(1200)  # the first test also builds the images
-W = Path(os.environ.get("SPLITSPEC_CI_DIR", "/var/tmp/splitspec-ci"))
-PROJECT = "splitspec-it"
-IMAGES = ("localhost/splitspec-router:0.1.0", "localhost/splitspec-model:0.1.0")
+pytestmark = pytest.mark.timeout(1200)  # the first test also waits for the images
 NUM_STREAMS = 20
-
-
-def podman_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "CONTAINERS_CONF": str(W / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(W / "storage.conf"),
-    }
-
-
-def run(*cmd: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def compose(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    return run(
-        str(W / "venv" / "bin" / "podman-compose"),
-        "-p",
-        PROJECT,
-        *args,
-        timeout=timeout,
-        check=check,
-    )
+UP_TIMEOUT_S = 1100
 
 
 def phase(*args: str) -> dict:
@@ -125,61 +98,23 @@ def scale(count: int) -> None:
     assert len(drafts()) == count, drafts()
 
 
-def remove_project() -> None:
-    compose("down", "-t", "1", check=False)
-    # down knows only the compose file's replica count; scaled ones go by label.
-    left = run(
-        "podman",
-        "ps",
-        "-aq",
-        "--filter",
-        f"label=com.docker.compose.project={PROJECT}",
-        check=False,
-    ).stdout.split()
-    if left:
-        run("podman", "rm", "-f", "-t", "1", *left, check=False)
-
-
 @pytest.fixture(scope="module")
 def stack() -> Iterator[None]:
     if shutil.which("podman") is None:
         pytest.fail("podman is not installed (.ci/run installs it: deploy/ci/install-podman.sh)")
-    started = time.monotonic()
-    if not (os.environ.get("SPLITSPEC_REUSE_IMAGES") == "1" and images_exist()):
-        build_images()
-    built = time.monotonic()
-    remove_project()  # leftovers of an interrupted run
-    compose("up", "-d", "--scale", "draft=3", "target", "draft", "router")
+    times = wait_up(UP_TIMEOUT_S)  # started early in CI: tests/helpers/compose_stack.py
+    up = time.monotonic()
     try:
         yield
     except BaseException:
         print(compose("logs", check=False).stdout[-20000:])
         raise
     finally:
-        stack_s = time.monotonic() - built
-        print(f"container test: images {built - started:.0f} s, stack {stack_s:.0f} s")
-        remove_project()
-
-
-def build_images() -> None:
-    """Builds them, or waits for the build that .ci/run started in the background
-    (deploy/ci/start-image-build.sh; SPLITSPEC_IMAGE_BUILD names its status folder)."""
-    status = os.environ.get("SPLITSPEC_IMAGE_BUILD")
-    if not status:
-        run(str(ROOT / "deploy" / "ci" / "build-images.sh"), timeout=600)
-        return
-    rc, deadline = Path(status) / "rc", time.monotonic() + 900
-    while not rc.exists() and time.monotonic() < deadline:
-        time.sleep(1)
-    log = (Path(status) / "log").read_text()
-    print(log)
-    assert rc.exists(), f"the background image build did not end within 900 s:\n{log}"
-    assert rc.read_text().strip() == "0", f"the background image build failed:\n{log}"
-    assert images_exist(), log
-
-
-def images_exist() -> bool:
-    return all(run("podman", "image", "exists", i, check=False).returncode == 0 for i in IMAGES)
+        print(
+            f"container test: images {times['images_s']:.0f} s, up {times['up_s']:.0f} s, "
+            f"tests {time.monotonic() - up:.0f} s"
+        )
+        tear_down()
 
 
 def test_router_image_has_no_torch_and_runs_as_non_root(stack) -> None:
@@ -257,6 +192,3 @@ def wait_for_log(container: str, marker: str, timeout_s: float) -> None:
             raise AssertionError(f"{container} ended before {marker}:\n{logs.stdout}{logs.stderr}")
         time.sleep(0.1)
     raise TimeoutError(f"no {marker} from {container} in {timeout_s} s")
-
-
-ENV = podman_env() | {"ROUTER_PORT": str(free_ports(1)[0])}
