@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.compose_stack import (
+    EARLY,
     ENABLED,
     IMAGES,
     PROJECT,
@@ -103,6 +104,7 @@ def stack() -> Iterator[None]:
     if shutil.which("podman") is None:
         pytest.fail("podman is not installed (.ci/run installs it: deploy/ci/install-podman.sh)")
     times = wait_up(UP_TIMEOUT_S)  # started early in CI: tests/helpers/compose_stack.py
+    print(EARLY.log)
     up = time.monotonic()
     try:
         yield

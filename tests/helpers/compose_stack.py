@@ -49,20 +49,19 @@ def images_exist() -> bool:
     return all(run("podman", "image", "exists", i, check=False).returncode == 0 for i in IMAGES)
 
 
-def build_images() -> None:
-    """Builds them, or waits for the build that .ci/run started in the background."""
+def build_images() -> str:
+    """Builds them, or waits for the build that .ci/run started in the background; its log."""
     status = os.environ.get("SPLITSPEC_IMAGE_BUILD")
     if not status:
-        run(str(ROOT / "deploy" / "ci" / "build-images.sh"), timeout=600)
-        return
+        return run(str(ROOT / "deploy" / "ci" / "build-images.sh"), timeout=600).stderr
     rc, deadline = Path(status) / "rc", time.monotonic() + BUILD_WAIT_S
     while not rc.exists() and time.monotonic() < deadline:
         time.sleep(1)
     log = (Path(status) / "log").read_text()
-    print(log)
     assert rc.exists(), f"the background image build did not end in {BUILD_WAIT_S} s:\n{log}"
     assert rc.read_text().strip() == "0", f"the background image build failed:\n{log}"
     assert images_exist(), log
+    return log
 
 
 def remove_project() -> None:
@@ -82,10 +81,10 @@ def remove_project() -> None:
 
 def bring_up() -> dict[str, float]:
     """Images (unless SPLITSPEC_REUSE_IMAGES=1 finds them), then target, router and three
-    draft replicas; returns how long each part took."""
+    draft replicas; returns how long each part took (the build's log goes to EARLY.log)."""
     started = time.monotonic()
     if not (os.environ.get("SPLITSPEC_REUSE_IMAGES") == "1" and images_exist()):
-        build_images()
+        EARLY.log = build_images()
     built = time.monotonic()
     remove_project()  # leftovers of an interrupted run
     ENV["ROUTER_PORT"] = str(free_ports(1)[0])  # published on 127.0.0.1; picked just before use
@@ -101,6 +100,7 @@ class EarlyStart:
         self.times: dict[str, float] = {}
         self.error: BaseException | None = None
         self.removed = False
+        self.log = ""  # of the image build, printed by the test (not from this thread)
 
     def start(self) -> None:
         if self.thread is None:
