@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 import pytest  # noqa: E402
 
 from splitspec.launcher import LocalStack  # noqa: E402
+from tests.helpers import compose_stack  # noqa: E402
 from tests.helpers.eco_stack import eco_stack  # noqa: E402, F401 (one stack for test_eco_*)
 from tests.helpers.reference import HFReference, TieCase  # noqa: E402
 from tests.helpers.rpc import Router  # noqa: E402
@@ -118,3 +119,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("greedy tie cases (allowed: HF top-2 gap < 1e-2)")
         for case in _TIE_CASES:
             terminalreporter.write_line(str(case))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The container test's images and stack start now, in the background (CI only)."""
+    compose_stack.start_early({item.path.name for item in session.items})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    compose_stack.tear_down_if_started()

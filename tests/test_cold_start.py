@@ -1,5 +1,7 @@
 """Cold starts on an empty cache, as a new user meets them (real processes, real model).
 
+The first test is also the README's `splitspec serve --demo` end to end (what a user sees).
+
 Each test gets an empty cache folder of its own, so the model is converted (and, where the CPU
 can run it, the few-row kernel built) from nothing: the work that once raced when a stack's
 target and drafter both found no converted checkpoint.
@@ -8,6 +10,7 @@ target and drafter both found no converted checkpoint.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -58,6 +61,22 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache(tmp_path: Path) -> 
     assert generated, out  # the demo streamed text
     assert "24 tokens" in stats and "tok/s" in stats and "acceptance" in stats, stats
     assert leftovers(tmp_path / "cache") == []
+    # What a user sees (once test_e2e_serve_demo.py, the same command on a warm cache): the
+    # EAGLE draft by default, speed and acceptance figures, and no service outliving it.
+    assert "draft  (internal, splitspec.draft.v1.DraftModel, eagle)" in out
+    speed = re.search(r"(\d+) tokens in [\d.]+ s = ([\d.]+) tok/s", stats)
+    assert speed and int(speed.group(1)) == 24 and float(speed.group(2)) > 0, stats
+    acceptance = re.search(r"acceptance ([\d.]+) tokens/step", stats)
+    assert acceptance and float(acceptance.group(1)) >= 1.0, stats
+    ports = re.findall(r"^(?:router|target|draft) .*: 127\.0\.0\.1:(\d+)$", out, re.MULTILINE)
+    assert len(ports) == 3, out  # router, target, draft
+    assert not [p for p in ports if services_on(p)], "a service outlived splitspec serve"
+
+
+def services_on(port: str) -> list[str]:
+    """Command lines of live processes started with --port PORT."""
+    listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in listing.splitlines() if f"--port {port}" in line]
 
 
 def start_stack(cache: Path, log_dir: Path) -> LocalStack:
