@@ -1,10 +1,15 @@
 """The shipped EAGLE head on the real default model: lossless, and it gets drafts accepted.
 
-Real processes and gRPC: SmolLM2-135M target (CPU, fp32) plus one EAGLE draft replica with the
-head trained for it (the draft service's default for the default model, hot vocabulary
-included when the head ships one). ShareGPT prompts and HumanEval prompts run concurrently
-with speculation on and off; every speculative output must equal its target-only twin token
-for token, and the head must do what training bought: accept well above a random head (~1.0).
+Real processes and gRPC: SmolLM2-135M target (CPU, fp32, --exact where its kernels build) plus
+one EAGLE replica with the head trained for it (the draft service's default for the default
+model, hot vocabulary included when the head ships one). ShareGPT and HumanEval prompts run
+concurrently with speculation on and off, so every step mixes requests of both kinds and
+lengths and the batches differ between the two runs. Every speculative output must equal its
+target-only twin token for token, no tie allowance (in --exact a token's logits have the same
+bits whatever shares its step: tests/test_exact_cpu.py), and the head must do what training
+bought: accept well above a random head (~1.0). The default numerics are checked lossless on
+the default model by the container test (n-gram drafts), on the tiny model by
+tests/test_spec_lossless.py.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kernels import few_row_linear
 from protos import generation_pb2 as pb
 from splitspec.launcher import LocalStack
 from tests.conftest import CPU_FP32, START_TIMEOUT_S
@@ -20,6 +26,8 @@ from tests.helpers.prompts import chat_ids, pick_prompts
 from tests.helpers.rpc import Router, greedy
 
 pytestmark = pytest.mark.slow
+# --exact needs the CPU kernels (AVX-512); without them the default numerics run, equal in practice.
+EXACT = ["--exact"] if few_row_linear.unavailable_reason() is None else []
 
 MAX_NEW = 64
 LENGTHS = [(20, 60), (60, 120), (120, 200), (200, 300), (300, 450)]
@@ -34,7 +42,7 @@ MIN_ACCEPTANCE_LENGTH = 1.6
 def eagle_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
     log_dir = tmp_path_factory.mktemp("stack-trained-head")
     stack = LocalStack(
-        list(CPU_FP32),
+        [*CPU_FP32, *EXACT],
         [],
         log_dir=log_dir,
         draft_args=[["--method", "eagle", "--dtype", "float32"]],  # default head: the shipped one
