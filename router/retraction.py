@@ -4,8 +4,8 @@ Admission there reserves a request's prefill, not its whole generation (router/k
 so the running requests can together outgrow the pool. Before every step the scheduler asks
 for the slots the step will allocate; while they exceed what is free or evictable:
 
-1. **Draft trees give way first**: the step runs target-only, needing one slot per decoding
-   request instead of a tree's worth.
+1. **Draft trees give way first**, the newest request's first: such a request decodes one
+   token this step instead of verifying a tree (one slot instead of a tree's worth).
 2. **Tree tails are freed**: slots a request holds past its next position (left by verified
    trees) go back to the pool, newest request first. The target's table of such a request is
    rebuilt: it is released there and the next step re-sends every slot.
@@ -51,18 +51,23 @@ class KVPressure:
         kv = self.scheduler.kv
         if not kv.retract or self._shortfall(plan, trees) <= 0:
             return plan, trees
-        dropped, trees = len(trees), {}
+        trees, dropped = dict(trees), 0
+        for p in reversed(plan):
+            if self._shortfall(plan, trees) <= 0:
+                break
+            dropped += trees.pop(p.req.request_id, None) is not None
         rebuilt: list[Request] = []
         for p in reversed(plan):
             if self._shortfall(plan, trees) <= 0:
                 break
-            if self._trim(p):
+            if p.req.request_id not in trees and self._trim(p):
                 p.req.num_sent_slots = 0  # the next item carries the whole table again
                 rebuilt.append(p.req)
         victims: list[Request] = []
         while self._shortfall(plan, trees) > 0 and (victim := self._newest_retractable()):
             self._retract(victim)
             victims.append(victim)
+            trees.pop(victim.request_id, None)
             plan = [p for p in plan if p.req is not victim]
         log.info(
             "KV pressure: %d trees dropped, %d tables rebuilt, %d requests retracted",
