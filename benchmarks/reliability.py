@@ -35,6 +35,7 @@ from tests.helpers.load import SteadyLoad, median, step_gaps
 
 KEY_ENV = "SPLITSPEC_RELIABILITY_KEY"
 STREAMS = 50  # the concurrent greedy streams through the draft faults
+BASELINE_S = 15.0  # steady load before the SIGSTOP: 50 streams on 2 cores step slowly
 PROMPTS = [
     "Write a haiku about gRPC.", "Explain speculative decoding in two sentences.",
     "List three prime numbers.", "What is a radix tree?", "Say hello in French.",
@@ -104,7 +105,8 @@ class Suite:
             time.sleep(1)
             self.stack.drafts[0].start()
             self.stack.wait_drafts_serving(120)
-            time.sleep(4)
+            self._wait_both_replicas_busy(120)
+            time.sleep(BASELINE_S)  # steady steps again: the baseline of the stall check
             pid = self.stack.drafts[1].process.pid
             stopped = time.monotonic()
             os.kill(pid, signal.SIGSTOP)
@@ -117,14 +119,24 @@ class Suite:
         failed = sum(bool(r.error) or not r.done for r in records)
         wrong = sum(r.tokens != reference[r.prompt_index % len(PROMPTS)] for r in records
                     if not r.error)
-        before, during = step_gaps(records, stopped - 3, stopped), step_gaps(records, stopped,
-                                                                              resumed)
+        before = step_gaps(records, stopped - BASELINE_S + 2, stopped)
+        during = step_gaps(records, stopped, resumed)
         self.figures["draft_faults"] = {
             "streams": len(records), "concurrency": self.max_running,
             "tokens": sum(len(r.tokens) for r in records), "failed": failed,
             "changed_outputs": wrong, "median_step_before_ms": median(before) * 1e3,
             "worst_step_while_stopped_ms": max(during, default=0) * 1e3,
+            "steps_before": len(before), "steps_while_stopped": len(during),
         }
+
+    def _wait_both_replicas_busy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            replicas = self.status().draft_replicas
+            if all(r.healthy and r.num_requests for r in replicas):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the restarted replica got no requests")
 
     def burst(self, reference: list[list[int]]) -> None:
         n = 10 * self.max_queue

@@ -69,7 +69,9 @@ class KVPressure:
             victims.append(victim)
             trees.pop(victim.request_id, None)
             plan = [p for p in plan if p.req is not victim]
-        log.info(
+        # Tree drops alone can happen every step under pressure: not worth a line each.
+        log.log(
+            logging.INFO if rebuilt or victims else logging.DEBUG,
             "KV pressure: %d trees dropped, %d tables rebuilt, %d requests retracted",
             dropped, len(rebuilt), len(victims),
         )  # fmt: skip
