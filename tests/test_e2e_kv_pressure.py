@@ -2,8 +2,8 @@
 retracts some of them (requeued, recomputed) and every one still completes with the output it
 has without pressure, its stream neither repeating nor dropping a token.
 
-One real stack on the default model with an n-gram draft replica and a 176-slot pool serves
-8 concurrent requests of ~70 slots each (more than pool/4, ~570 in all): greedy with
+One real stack on the default model with an n-gram draft replica and a 160-slot pool serves
+8 concurrent requests of ~60 slots each (more than pool/4, ~480 in all): greedy with
 speculation on, greedy with it off, and seeded sampling (its draws are keyed by seed and
 position, so a recompute reproduces them). Their references come from the shared stack, whose
 pool is ample. Afterwards retractions are counted in GetServerStatus and /metrics, and every
@@ -25,11 +25,11 @@ from tests.helpers.prompts import pick_prompts
 from tests.helpers.reference import HFReference, TieCase, assert_same_greedy
 from tests.helpers.rpc import Router, assert_slots_accounted, greedy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # stack starts included
 
-POOL = 176
-MAX_NEW = 40
-MAX_TREE = 8  # the router's lookahead: a request may need prompt + MAX_NEW - 1 + MAX_TREE
+POOL = 160
+MAX_NEW = 32
+MAX_TREE = 4  # the router's lookahead: a request may need prompt + MAX_NEW - 1 + MAX_TREE
 LENGTHS = [(20, 32)] * 8
 KINDS = ["spec"] * 3 + ["plain"] * 3 + ["seeded"] * 2
 
@@ -74,8 +74,8 @@ def test_retracted_requests_complete_with_their_unpressured_output(
     prompts = [p.ids for p in pick_prompts(LENGTHS, start=3000)]
     pairs = enumerate(zip(prompts, KINDS, strict=True))
     requests = [request_of(ids, kind, i) for i, (ids, kind) in pairs]
-    need = len(prompts[0]) + MAX_NEW - 1 + MAX_TREE
-    assert min(len(p) for p in prompts) + MAX_NEW > POOL // 4 and len(prompts) * need > 3 * POOL
+    needs = [len(p) + MAX_NEW - 1 + MAX_TREE for p in prompts]
+    assert min(needs) > POOL // 4 and sum(needs) > 2.5 * POOL  # far more than the pool
 
     small = Router(pressured.router_address)
     try:
