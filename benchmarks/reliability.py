@@ -2,7 +2,7 @@
 stack of real processes on loopback (default model, two EAGLE replicas, an API key), bounded in
 time and count. Prints one table and saves JSON.
 
-    python -m benchmarks.reliability            # ~10 min on 2 busy cores
+    python -m benchmarks.reliability            # 50 streams (--streams N); ~15 min on 2 busy cores
     python -m benchmarks.reliability --quick    # 300 hostile cases, shorter replies (~5 min)
 
 Phases, in order: target-only reference outputs; a steady load of greedy streams while replica
@@ -34,7 +34,8 @@ from tests.helpers import hostile, overload
 from tests.helpers.load import SteadyLoad, median, step_gaps
 
 KEY_ENV = "SPLITSPEC_RELIABILITY_KEY"
-MAX_QUEUE, MAX_RUNNING = 8, 8
+STREAMS = 50  # the concurrent greedy streams through the draft faults
+BASELINE_S = 15.0  # steady load before the SIGSTOP: 50 streams on 2 cores step slowly
 PROMPTS = [
     "Write a haiku about gRPC.", "Explain speculative decoding in two sentences.",
     "List three prime numbers.", "What is a radix tree?", "Say hello in French.",
@@ -43,16 +44,19 @@ PROMPTS = [
 
 
 class Suite:
-    def __init__(self, quick: bool, log_dir: Path) -> None:
+    def __init__(self, quick: bool, log_dir: Path, streams: int = STREAMS) -> None:
         self.quick = quick
+        # All streams run and speculate at once; the queue holds as many (a burst is 10x it).
+        self.max_running = self.max_queue = streams
         self.key = os.urandom(16).hex()
         os.environ[KEY_ENV] = self.key
         self.meta = [("authorization", f"Bearer {self.key}")]
         eagle = ["--method", "eagle", "--threads", "1", "--device", "cpu"]
         self.stack = LocalStack(
             ["--device", "cpu", "--dtype", "float32", "--threads", "1"],
-            ["--api-key-env", KEY_ENV, "--max-queue", str(MAX_QUEUE), "--max-running",
-             str(MAX_RUNNING), "--max-prompt-tokens", str(hostile.MAX_PROMPT_TOKENS),
+            ["--api-key-env", KEY_ENV, "--max-queue", str(streams), "--max-running",
+             str(streams), "--max-speculative-batch", str(streams),
+             "--max-prompt-tokens", str(hostile.MAX_PROMPT_TOKENS),
              "--max-request-bytes", str(hostile.MAX_REQUEST_BYTES)],
             log_dir=log_dir, draft_args=[eagle, eagle], api_key=self.key,
         )
@@ -77,9 +81,9 @@ class Suite:
     def run_batch(self, reqs: list[pb.GenerateRequest]) -> list[list[int]]:
         with grpc.insecure_channel(self.stack.router_address) as ch:
             out = []
-            for s in range(0, len(reqs), MAX_RUNNING):
+            for s in range(0, len(reqs), self.max_running):
                 calls = [self.stub(ch).Generate(r, timeout=300, metadata=self.meta)
-                         for r in reqs[s:s + MAX_RUNNING]]
+                         for r in reqs[s:s + self.max_running]]
                 out += [[t for item in c for t in item.token_ids] for c in calls]
             return out
 
@@ -93,7 +97,7 @@ class Suite:
     def draft_faults(self, reference: list[list[int]], max_new: int) -> None:
         n = 400  # more than the faults take: stopping the load lets running streams end
         load = SteadyLoad(self.stack.router_address,
-                          [self.request(i, max_new) for i in range(n)], MAX_RUNNING,
+                          [self.request(i, max_new) for i in range(n)], self.max_running,
                           timeout_s=300, metadata=self.meta).start()
         try:
             time.sleep(8)
@@ -101,7 +105,8 @@ class Suite:
             time.sleep(1)
             self.stack.drafts[0].start()
             self.stack.wait_drafts_serving(120)
-            time.sleep(4)
+            self._wait_both_replicas_busy(120)
+            time.sleep(BASELINE_S)  # steady steps again: the baseline of the stall check
             pid = self.stack.drafts[1].process.pid
             stopped = time.monotonic()
             os.kill(pid, signal.SIGSTOP)
@@ -114,17 +119,27 @@ class Suite:
         failed = sum(bool(r.error) or not r.done for r in records)
         wrong = sum(r.tokens != reference[r.prompt_index % len(PROMPTS)] for r in records
                     if not r.error)
-        before, during = step_gaps(records, stopped - 3, stopped), step_gaps(records, stopped,
-                                                                              resumed)
+        before = step_gaps(records, stopped - BASELINE_S + 2, stopped)
+        during = step_gaps(records, stopped, resumed)
         self.figures["draft_faults"] = {
-            "streams": len(records), "concurrency": MAX_RUNNING,
+            "streams": len(records), "concurrency": self.max_running,
             "tokens": sum(len(r.tokens) for r in records), "failed": failed,
             "changed_outputs": wrong, "median_step_before_ms": median(before) * 1e3,
             "worst_step_while_stopped_ms": max(during, default=0) * 1e3,
+            "steps_before": len(before), "steps_while_stopped": len(during),
         }
 
+    def _wait_both_replicas_busy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            replicas = self.status().draft_replicas
+            if all(r.healthy and r.num_requests for r in replicas):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the restarted replica got no requests")
+
     def burst(self, reference: list[list[int]]) -> None:
-        n = 10 * MAX_QUEUE
+        n = 10 * self.max_queue
         results = overload.burst(self.stack.router_address,
                                  [self.request(i, 16) for i in range(n)], self.meta)
         codes = Counter(code for code, *_ in results)
@@ -167,14 +182,16 @@ class Suite:
     def abort_storm(self) -> None:
         reqs = [self.request(i, 8 + i % 120) for i in range(300)]
         # Fewer at once than the queue holds: the storm is of aborts, not of refusals.
-        endings = overload.storm(self.stack.router_address, reqs, self.meta, MAX_QUEUE // 2)
+        endings = overload.storm(self.stack.router_address, reqs, self.meta,
+                                 self.max_queue // 2)
         unexpected = sum(n for e, n in endings.items() if e not in overload.STORM_ENDINGS)
         self.figures["abort_storm"] = {"requests": 300, "endings": dict(endings),
                                        "unexpected": unexpected}
 
     def target_loss(self, reference: list[list[int]], max_new: int) -> None:
         load = SteadyLoad(self.stack.router_address,
-                          [self.request(i, 400) for i in range(MAX_RUNNING)], MAX_RUNNING,
+                          [self.request(i, 400) for i in range(self.max_running)],
+                          self.max_running,
                           timeout_s=60, metadata=self.meta).start()
         time.sleep(6)
         killed = time.monotonic()
@@ -273,11 +290,14 @@ def table(f: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--streams", type=int, default=STREAMS,
+                        help="concurrent greedy streams through the draft faults (and the "
+                        "router's running batch and queue)")
     parser.add_argument("--out", type=Path,
                         default=REPO_ROOT / "benchmarks" / "results" / "reliability_cpu.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="splitspec-reliability-") as tmp:
-        figures = Suite(args.quick, Path(tmp)).run()
+        figures = Suite(args.quick, Path(tmp), args.streams).run()
     print(table(figures))
     write_json(args.out, {"date": utc_now(), "commit": git_commit(), "quick": args.quick,
                           "machine": machine_info(1), "figures": figures, "table": table(figures)})

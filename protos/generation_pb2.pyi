@@ -213,7 +213,7 @@ class DraftDiscoveryStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., addresses: _Optional[_Iterable[str]] = ..., last_resolved_unix_s: _Optional[float] = ..., last_attempt_unix_s: _Optional[float] = ..., error: _Optional[str] = ..., num_lookups: _Optional[int] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery")
+    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery", "num_retractions")
     NUM_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_FIELD_NUMBER: _ClassVar[int]
     NUM_TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,7 @@ class ServerStatus(_message.Message):
     SPECULATION_FIELD_NUMBER: _ClassVar[int]
     DRAFT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_DISCOVERY_FIELD_NUMBER: _ClassVar[int]
+    NUM_RETRACTIONS_FIELD_NUMBER: _ClassVar[int]
     num_running: int
     num_waiting: int
     num_total_slots: int
@@ -236,4 +237,5 @@ class ServerStatus(_message.Message):
     speculation: SpeculationStats
     draft_replicas: _containers.RepeatedCompositeFieldContainer[DraftReplicaStatus]
     draft_discovery: _containers.RepeatedCompositeFieldContainer[DraftDiscoveryStatus]
-    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ...) -> None: ...
+    num_retractions: int
+    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ...) -> None: ...

@@ -31,6 +31,7 @@ class RouterConfig:
     http_port: int = 0  # OpenAI-compatible HTTP API and /metrics (0: off)
     served_model_name: str = ""  # the model name of the HTTP API; empty: the target's
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
+    kv_policy: str = "reserve"  # or "retract": admit on the prefill, retract under pressure
 
     def __post_init__(self) -> None:
         for name in (

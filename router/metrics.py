@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protos import generation_pb2 as pb
@@ -98,7 +98,7 @@ class RouterMetrics(telemetry.Observer):
         self.prompt_hist.labels(name).observe(req.prompt_len)
         self.gen_hist.labels(name).observe(len(req.output_ids))
         self.cache_queries.labels(name).inc(req.prompt_len)
-        self.cache_hits.labels(name).inc(req.cached_len)
+        self.cache_hits.labels(name).inc(req.prompt_cached_len)
         self.e2e.labels(name).observe(now - req.arrival)
         if req.first_scheduled is not None:
             self.queue.labels(name).observe(req.first_scheduled - req.arrival)
@@ -130,7 +130,7 @@ class SchedulerGauges(Collector):
         self.scheduler = scheduler
         self.model_name = model_name
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         s, kv = self.scheduler, self.scheduler.kv
         used = 1.0 - kv.num_free / kv.num_total if kv.num_total else 0.0
         values = [
@@ -144,3 +144,10 @@ class SchedulerGauges(Collector):
             family = GaugeMetricFamily(P + name, doc, labels=["model_name"])
             family.add_metric([self.model_name], float(value))
             yield family
+        # vLLM's name for it; read at scrape time, like the gauges (router/retraction.py).
+        preempted = CounterMetricFamily(
+            P + "num_preemptions", "Running requests retracted under KV pressure.",
+            labels=["model_name"],
+        )  # fmt: skip
+        preempted.add_metric([self.model_name], float(s.counters.num_retractions))
+        yield preempted

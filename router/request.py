@@ -45,6 +45,12 @@ class Request:
     num_sent_slots: int = 0
     num_computed: int = 0
     claim: int = 0  # slots this request may still allocate; reserved in the admission budget
+    # False: admitted on its prefill alone under --kv-policy retract, so it may be retracted
+    # (router/retraction.py); True: its whole claim was reserved and it never is.
+    reserved: bool = True
+    recompute_len: int = 0  # context length to prefill again after its last retraction
+    num_retractions: int = 0
+    cached_at_admission: int | None = None  # prompt tokens the cache served, for usage
     output_ids: list[int] = field(default_factory=list)
     first_scheduled: float | None = None
     first_token: float | None = None
@@ -70,8 +76,20 @@ class Request:
         return len(self.prompt_ids)
 
     @property
+    def prefill_len(self) -> int:
+        """Positions to run before decoding: the prompt, or after a retraction the whole
+        context it had (its last chunk samples the next token, as a decode step would)."""
+        return max(self.prompt_len, self.recompute_len)
+
+    @property
     def is_prefilling(self) -> bool:
-        return self.num_computed < self.prompt_len
+        return self.num_computed < self.prefill_len
+
+    @property
+    def prompt_cached_len(self) -> int:
+        """Prompt tokens served from the cache at first admission (a recompute after a
+        retraction finds its own tokens there: they are not the client's cache hits)."""
+        return self.cached_len if self.cached_at_admission is None else self.cached_at_admission
 
     @property
     def max_context_needed(self) -> int:

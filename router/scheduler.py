@@ -23,6 +23,7 @@ from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.kv_manager import KVManager
 from router.output import Committed, OutputStream
 from router.request import Request
+from router.retraction import KVPressure
 from router.speculation import Speculation
 from router.stats import ServerCounters, speculation_stats
 from router.target_client import TargetClient
@@ -63,6 +64,7 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         self.before_step: list[Callable[[], Awaitable[None]]] = []  # e.g. router/target_watch
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
+        self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
 
     # ---- called by the servicer ---------------------------------------------------------
 
@@ -120,6 +122,7 @@ class Scheduler:
     async def step(self) -> None:
         plan = self._schedule()
         trees = await self._propose(plan)
+        plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
         forward_items = [self._forward_item(p) for p in plain]
@@ -169,8 +172,8 @@ class Scheduler:
         budget = self.config.max_step_tokens - len(plan)
         for req in self.running:
             if req.is_prefilling and budget > 0:
-                n = min(req.prompt_len - req.num_computed, budget)
-                plan.append(Planned(req, n, req.num_computed + n == req.prompt_len, prefill=True))
+                n = min(req.prefill_len - req.num_computed, budget)
+                plan.append(Planned(req, n, req.num_computed + n == req.prefill_len, prefill=True))
                 budget -= n
         now = time.perf_counter()
         for p in plan:
@@ -247,7 +250,7 @@ class Scheduler:
             pb.Usage(
                 prompt_tokens=req.prompt_len,
                 completion_tokens=len(req.output_ids),
-                cached_tokens=req.cached_len,
+                cached_tokens=req.prompt_cached_len,
             )
         )
         started = req.first_scheduled or now

@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")
+    parser.add_argument(
+        "--kv-policy", choices=["reserve", "retract"], default="reserve",
+        help="reserve: admit a request only with KV slots for its whole generation (it never "
+        "runs short); retract: admit on its prompt and, when slots run short, retract running "
+        "requests (requeued, recomputed later, output unchanged; see router/retraction.py)",
+    )  # fmt: skip
     secure.add_arguments(parser)
     admission.add_arguments(parser)
     add_http_arguments(parser)
@@ -127,6 +133,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_speculative_batch=args.max_speculative_batch,
         http_port=args.http_port,
         served_model_name=args.served_model_name,
+        kv_policy=args.kv_policy,
     )
 
 
@@ -201,7 +208,13 @@ async def serve(
         config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
     drafts = config.draft_addresses or config.draft_dns
     lookahead = config.max_tree_tokens if drafts else 0
-    kv = KVManager(RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead)
+
+    def fresh_kv() -> KVManager:
+        allocator = SlotAllocator(info.num_slots)
+        retract = config.kv_policy == "retract"
+        return KVManager(RadixCache(allocator), config.reserve_block, lookahead, retract)
+
+    kv = fresh_kv()
     pool = DraftPool(
         list(config.draft_addresses), config.draft_timeout_s, tls=tls,
         deadline_floor_s=config.draft_deadline_floor_s,
@@ -234,8 +247,7 @@ async def serve(
     )
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
-    watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], lambda: KVManager(
-        RadixCache(SlotAllocator(info.num_slots)), config.reserve_block, lookahead))
+    watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], fresh_kv)
     address = f"{config.host}:{config.port}"
     if bind(server, address, security.public_tls) == 0:
         raise SystemExit(f"router: cannot bind {address}")

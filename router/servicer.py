@@ -94,6 +94,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 for r in s.spec.pool.replicas
             ],
             draft_discovery=[d.status() for d in self.discoveries],
+            num_retractions=s.counters.num_retractions,
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:

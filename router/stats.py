@@ -29,6 +29,7 @@ class ServerCounters:
     verify_steps: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    num_retractions: int = 0  # running requests sent back to the queue (router/retraction.py)
 
     def record_finish(
         self,
