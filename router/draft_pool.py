@@ -132,13 +132,10 @@ class DraftPool:
         replica.pending_releases |= lost  # should it come back holding them (it hung, not died)
         return lost
 
-    def missed(self, replica: DraftReplica, kind: str, deadline_s: float, units: int = 1) -> None:
+    def missed(self, replica: DraftReplica, what: str) -> None:
         """A call ran past its deadline: suspected now, ejected after repeated failures."""
-        log.warning(
-            "draft replica %s missed a %s (%.0f ms) deadline; skipped",
-            replica.address, kind.capitalize(), deadline_s * 1e3,
-        )  # fmt: skip
-        replica.health.missed(kind, deadline_s, units)
+        log.warning("draft replica %s missed a %s deadline; skipped", replica.address, what)
+        replica.health.missed()
 
     def move_away(self, replica: DraftReplica, request_id: str) -> None:
         """A request leaves a replica that may still hold its context."""

@@ -2,10 +2,7 @@
 
 Deadlines follow the replica's measured call times: a bounded multiple of the recent p99
 (``multiple * p99``, clamped to ``[floor_s, cap_s]``), so a hung replica costs one step a little
-more than its usual round, not ``--draft-timeout``. A missed call counts as a call that took its
-whole deadline (all we know of it: at least that), so on a machine that turns slow the deadline
-grows by ``multiple`` with each miss instead of skipping a live replica at every step; it
-shrinks back once the slow spell has left the window's horizon.
+more than its usual round, not ``--draft-timeout``.
 
 The breaker's states:
 
@@ -85,14 +82,13 @@ class ReplicaHealth:
         return min(p.cap_s, max(p.floor_s, p.multiple * window.p99() * units))
 
     def record(self, kind: str, seconds: float, units: int = 1) -> None:
-        self._window(kind).add(seconds / max(1, units))
+        window = self._windows.setdefault(
+            kind, LatencyWindow(self.policy.window, self.policy.horizon_s, self.policy.min_samples)
+        )
+        window.add(seconds / max(1, units))
         self.failures = 0
         if self.state == CLOSED:
             self.ejections = 0
-
-    def _window(self, kind: str) -> LatencyWindow:
-        p = self.policy
-        return self._windows.setdefault(kind, LatencyWindow(p.window, p.horizon_s, p.min_samples))
 
     # ---- the breaker -----------------------------------------------------------------------
 
@@ -100,11 +96,8 @@ class ReplicaHealth:
     def callable(self) -> bool:
         return self.state == CLOSED
 
-    def missed(self, kind: str = "", deadline_s: float = 0.0, units: int = 1) -> None:
-        """A call of ``kind`` ran past its ``deadline_s``: skip the replica until a probe finds
-        it answering, and let the deadline grow (the call took at least that long)."""
-        if kind:
-            self._window(kind).add(deadline_s / max(1, units))
+    def missed(self) -> None:
+        """A call ran past its deadline: skip the replica until a probe finds it answering."""
         self.misses += 1
         self.failures += 1
         if self.state == CLOSED:

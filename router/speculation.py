@@ -107,7 +107,7 @@ class Speculation:
                     reply = await replica.stub.Propose(request, timeout=deadline)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self.pool.missed(replica, "propose", deadline)
+                self.pool.missed(replica, f"Propose ({deadline * 1e3:.0f} ms)")
                 return skipped_trees(reqs)
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 # Our message was wrong, not the replica: resend whole contexts next time.
@@ -229,7 +229,7 @@ class Speculation:
                 await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self.pool.missed(replica, "ingest", deadline, units)
+                self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")
                 return
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 log.error(
