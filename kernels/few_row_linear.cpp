@@ -16,6 +16,8 @@
 #include <immintrin.h>
 #include <torch/extension.h>
 
+#include "exact_attention.h"  // the CPU paged attention (the target's --exact mode)
+
 namespace {
 
 constexpr int64_t BLOCK = 16;          // output columns per block: one zmm register
@@ -95,14 +97,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed) {
   return out;
 }
 
-// kernels/exact_attention.cpp, built into the same module.
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k_pool,
-                        const torch::Tensor& v_pool, const torch::Tensor& table,
-                        const torch::Tensor& query_row, const torch::Tensor& query_len,
-                        const torch::Tensor& prefix_len, const torch::Tensor& path);
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pack", &pack, "weight [N, K] -> [N / 16, K, 16]");
   module.def("linear", &linear, "x [rows <= 16, K] @ weight.T from the packed weight");
-  module.def("attention", &attention, "paged attention, fp32 (kernels/paged_reference.py)");
+  module.def("attention", &exact::attention, "paged attention, fp32 (kernels/paged_reference.py)");
 }

@@ -1,5 +1,5 @@
 """The CPU kernels: the few-row fp32 linear (few_row_linear.cpp) and the exact paged attention
-(exact_attention.cpp), built as one module; build, load, and the linear's torch reference.
+(exact_attention.h, which it includes), built as one module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
 ``<cache>/kernels/``, which takes about 30 s on 2 cores once per cache, source and torch version;
@@ -25,9 +25,9 @@ from plumbing.once import CacheWriteError, build_once
 
 log = logging.getLogger("splitspec.kernels")
 
-SOURCES = [
-    Path(__file__).resolve().parent / name for name in ("few_row_linear.cpp", "exact_attention.cpp")
-]
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "few_row_linear.cpp"
+SOURCES = [SOURCE, HERE / "exact_attention.h"]  # the build key covers both
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
@@ -84,7 +84,7 @@ def _compile(build_dir: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as build_extension
 
     return build_extension(
-        MODULE_NAME, [str(s) for s in SOURCES], extra_cflags=FLAGS, build_directory=str(build_dir)
+        MODULE_NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(build_dir)
     )
 
 

@@ -67,7 +67,7 @@ def for_trees(
     )
 
 
-_cpu_kernels: ModuleType | None = None  # kernels/exact_attention.cpp, once loaded
+_cpu_kernels: ModuleType | None = None  # kernels/exact_attention.h, once loaded
 
 
 def load_cpu_kernel(cache_dir: Path) -> None:
@@ -88,7 +88,7 @@ def paged_attention(
     """Writes this step's K/V into the pool, then attends. q: [T, H, D]; returns [T, H, D].
 
     On CUDA the Triton kernel (kernels/paged_attention.py), on CPU the C++ one
-    (kernels/exact_attention.cpp): the same function, each exact per token across step kinds.
+    (kernels/exact_attention.h): the same function, each exact per token across step kinds.
     """
     k_pool.index_copy_(0, meta.write_slots, k_new)
     v_pool.index_copy_(0, meta.write_slots, v_new)

@@ -68,7 +68,7 @@ class TargetEngine:
         )  # fmt: skip
         self.paged = config.attention == "paged"
         if self.paged and self.device.type == "cpu":
-            paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.cpp
+            paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.h
 
     # ---- public API -------------------------------------------------------------------
 

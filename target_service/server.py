@@ -162,7 +162,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)
-    kernel = "Triton" if config.device.startswith("cuda") else "C++, kernels/exact_attention.cpp"
+    kernel = "Triton" if config.device.startswith("cuda") else "C++, kernels/exact_attention.h"
     backend = f"paged ({kernel})" if engine.paged else "torch"
     log.info("attention backend: %s%s", backend, "; exact numerics" if config.exact else "")
     if config.device.startswith("cuda"):

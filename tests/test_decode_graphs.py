@@ -73,7 +73,7 @@ def decode(engine: TargetEngine, specs: list[SamplingSpec], num_steps: int) -> l
 
 def skip_without_paged_backend() -> None:
     reason = few_row_linear.unavailable_reason()
-    if reason is not None:  # on CPU the paged backend is kernels/exact_attention.cpp
+    if reason is not None:  # on CPU the paged backend is kernels/exact_attention.h
         pytest.skip(f"the CPU attention kernel cannot run here: {reason}")
 
 

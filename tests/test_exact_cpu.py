@@ -1,6 +1,6 @@
 """The target's --exact mode on CPU (fp32): a token's bits do not depend on its step.
 
-The C++ paged attention (kernels/exact_attention.cpp) against its torch reference; the few-row
+The C++ paged attention (kernels/exact_attention.h) against its torch reference; the few-row
 linear giving one row the same bits alone and inside 2-64 rows; and, on the real default model
 in-process, the hidden rows (hence logits) of a continuation computed by one-token decodes, by
 one verify of the chain, and by one prefill chunk beside another request: equal bit for bit.

@@ -32,7 +32,7 @@ from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 
 from tests.test_tree import random_tree  # noqa: E402
 
 DEVICE = "cuda" if ON_CUDA else "cpu"
-# An engine on the paged backend runs the C++ kernel on CPU (kernels/exact_attention.cpp).
+# An engine on the paged backend runs the C++ kernel on CPU (kernels/exact_attention.h).
 needs_paged_engine = pytest.mark.skipif(
     not ON_CUDA and few_row_linear.unavailable_reason() is not None,
     reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",

@@ -1,4 +1,6 @@
 // Paged attention on the CPU, fp32, AVX-512: the same function as kernels/paged_reference.py.
+// Included by few_row_linear.cpp, so the CPU kernels build as one translation unit (torch's
+// headers, most of the build time, are compiled once).
 //
 // Why: torch's attention gathers a padded [B, K] context per step, and how it blocks its sums
 // depends on the step's shape, so a token's output rounds differently in a 1-token decode than
@@ -7,13 +9,14 @@
 // their max, the exponentials summed key by key, then the values weighted key by key. Nothing
 // depends on the other queries of the step or on how the threads split the work, so a token gets
 // the same bits in a decode, a prefill chunk or a tree verify (the target's --exact mode).
+#pragma once
 #include <ATen/Parallel.h>
 #include <cmath>
 #include <vector>
 #include <immintrin.h>
 #include <torch/extension.h>
 
-namespace {
+namespace exact {
 
 constexpr int64_t LANES = 16;
 
@@ -69,8 +72,6 @@ void check(const torch::Tensor& t, int64_t dims, c10::ScalarType type, const cha
               name, ": expected a contiguous CPU tensor of ", dims, " dims and type ", type);
 }
 
-}  // namespace
-
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k_pool,
                         const torch::Tensor& v_pool, const torch::Tensor& table,
                         const torch::Tensor& query_row, const torch::Tensor& query_len,
@@ -104,3 +105,5 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k_pool,
   });
   return out;
 }
+
+}  // namespace exact
