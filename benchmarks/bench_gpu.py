@@ -28,10 +28,11 @@ from splitspec.launcher import LocalStack
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
 
 
-def stack(dtype: str, drafter: bool, graphs: bool = True) -> LocalStack:
-    target = ["--device", "cuda", "--dtype", dtype] + ([] if graphs else ["--no-cuda-graphs"])
+def stack(dtype: str, drafter: bool, graphs: bool = True, attention: str = "torch") -> LocalStack:
+    target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
+    target += [] if graphs else ["--no-cuda-graphs"]
     drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
-    log_dir = Path(f"/tmp/bench-gpu-{dtype}-{int(drafter)}-{int(graphs)}")
+    log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}")
     log_dir.mkdir(parents=True, exist_ok=True)
     return LocalStack(target, [], log_dir=log_dir, draft_args=drafts)  # started by `with`
 
@@ -68,23 +69,30 @@ def throughput(
     return {"batch": batch, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}, outputs
 
 
+# (attention backend, decode graphs) of the target-only stacks: both backends replayed, then eager.
+TARGET_ONLY_VARIANTS = [("torch", True), ("paged", True), ("torch", False)]
+
+
 def target_only_phase(prompts: list[list[int]], max_new: int, batches: list[int]) -> list[dict]:
     rows = []
-    for graphs in (True, False):
-        with stack("bfloat16", drafter=False, graphs=graphs) as s:
+    for attention, graphs in TARGET_ONLY_VARIANTS:
+        with stack("bfloat16", drafter=False, graphs=graphs, attention=attention) as s:
             client = Client(s.router_address)
             throughput(client, prompts[:2], 1, 16)  # warm-up
             for batch in batches if graphs else [1]:
                 count = batch if batch > 1 else (8 if graphs else 2)  # eager is slow: 2 prompts
                 row, _ = throughput(client, prompts[:count], batch, max_new)
-                rows.append({"graphs": graphs, **row})
-                print(f"target-only graphs={graphs} batch {batch}: {row['tok_s']:.1f} tok/s")
+                rows.append({"attention": attention, "graphs": graphs, **row})
+                print(f"target-only {attention} graphs={graphs} batch {batch}: "
+                      f"{row['tok_s']:.1f} tok/s")  # fmt: skip
             client.close()
     return rows
 
 
-def speculation_phase(prompts: list[list[int]], max_new: int, dtype: str, model_dir: Path) -> dict:
-    with stack(dtype, drafter=True) as s:
+def speculation_phase(
+    prompts: list[list[int]], max_new: int, dtype: str, model_dir: Path, attention: str
+) -> dict:
+    with stack(dtype, drafter=True, attention=attention) as s:
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, True)
         spec, spec_out = throughput(client, prompts, 1, max_new, True)
@@ -139,9 +147,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("target_only", lambda: target_only_phase(prompts, args.max_new_tokens, args.batches)),
         ("hf_eager", lambda: hf_eager_tok_s(gguf, prompts[:4], args.max_new_tokens)),
         ("hf_static_graph", lambda: hf_graph_tok_s(gguf, prompts[:8], args.max_new_tokens)),
-        ("spec_fp32", lambda: speculation_phase(prompts[:4], args.max_new_tokens, "float32", gguf)),
+        ("spec_fp32", lambda: speculation_phase(prompts[:4], args.max_new_tokens, "float32", gguf,
+                                                args.attention)),
         ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
-                                                "bfloat16", gguf)),
+                                                "bfloat16", gguf, args.attention)),
     ]  # fmt: skip
     for name, phase in phases:
         if args.only and name not in args.only:
@@ -181,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--num-bf16", type=int, default=20, help="prompts of the bf16 check")
+    parser.add_argument("--attention", default="torch", help="target backend of the spec phases")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
     args = parser.parse_args(argv)
     if args.write_prompts:

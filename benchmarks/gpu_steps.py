@@ -145,9 +145,13 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
         if merged and not is_merged(model):
             merge_projections(model)  # views: the unmerged variants above ran first
         for batch in batches:
-            times = step_times(model, context, batch, graphs, attention)
             variant = {"attention": attention, "merged_layers": merged, "graphs": graphs}
+            try:
+                times = step_times(model, context, batch, graphs, attention)
+            except Exception as err:  # one broken variant must not lose the others' figures
+                times = {"error": f"{type(err).__name__}: {err}"}
             rows.append({"batch": batch, **variant, **times})
+            print(json.dumps({"shape": shape, **rows[-1]}), flush=True)
     del model
     torch.cuda.empty_cache()
     return {

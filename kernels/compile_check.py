@@ -97,17 +97,26 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
     found: list[tuple[str, object, dict[str, str], dict[str, int], int]] = []
     for word in ("*bf16",):
         for group, head_dim in ((3, 64), (4, 128)):
-            signature = {
-                **ptrs(word, "q_ptr", "k_ptr", "v_ptr", "out_ptr"),
+            chunk = {
+                **ptrs(word, "q_ptr", "k_ptr", "v_ptr"),
+                **ptrs("*fp32", "m_ptr", "l_ptr", "acc_ptr"),
                 **ptrs("*i64", "table_ptr", "row_ptr", "len_ptr", "prefix_ptr", "path_ptr"),
-                **ptrs("i32", "stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_ot",
-                       "stride_oh", "stride_table", "stride_path"),
+                **ptrs("i32", "stride_qt", "stride_qh", "stride_ks", "stride_kh",
+                       "stride_table", "stride_path", "num_heads", "num_chunks"),
                 "scale": "fp32",
             }  # fmt: skip
-            constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_H": 16,
-                          "BLOCK_K": paged_attention.BLOCK_K}  # fmt: skip
-            found.append((f"paged attention {word} group {group} dim {head_dim}",
-                          paged_attention._paged_attention_kernel, signature, constexprs, 4))
+            constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": head_dim, "BLOCK_H": 16,
+                          "BLOCK_K": paged_attention.BLOCK_K, "CHUNK": paged_attention.CHUNK,
+                          "DOT": paged_attention.NATIVE}  # fmt: skip
+            found.append((f"paged attention chunks {word} group {group} dim {head_dim}",
+                          paged_attention._chunk_kernel, chunk, constexprs, 4))
+            merge = {**ptrs("*fp32", "m_ptr", "l_ptr", "acc_ptr"), "out_ptr": word,
+                     "len_ptr": "*i64",
+                     **ptrs("i32", "stride_ot", "stride_oh", "num_heads", "num_chunks")}
+            found.append((f"paged attention merge {word} dim {head_dim}",
+                          paged_attention._merge_kernel, merge,
+                          {"HEAD_DIM": head_dim, "BLOCK_D": head_dim,
+                           "CHUNK": paged_attention.CHUNK}, 4))
             rope = {**ptrs(word, "qkv_ptr", "cos_ptr", "sin_ptr"), "slots_ptr": "*i64",
                     **ptrs(word, "q_ptr", "k_pool_ptr", "v_pool_ptr"),
                     **ptrs("i32", "stride_qkv", "stride_cos", "stride_q", "stride_pool")}

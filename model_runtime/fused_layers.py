@@ -63,7 +63,7 @@ def fused_body(
         )
         out = attention_kernel.paged_attention(
             q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len,
-            meta.path,
+            meta.path, max_keys=meta.max_keys,
         )  # fmt: skip
         attn_out = attn.o_proj(out.view(out.shape[0], -1))
         post = layer.post_attention_layernorm

@@ -26,15 +26,21 @@ class PagedMetadata:
     query_len: Tensor  # [T] logical keys of each token (its position + 1)
     prefix_len: Tensor  # [T] how many of them are read from the table; the rest from path
     path: Tensor  # [T, P] slots of the keys past prefix_len (a tree node's ancestors + itself)
+    max_keys: int | None = None  # a host-known bound on query_len: sizes the GPU kernel's grid
 
 
 def for_sequences(
-    table: Tensor, query_row: Tensor, positions: Tensor, write_slots: Tensor, dummy_slot: int
+    table: Tensor,
+    query_row: Tensor,
+    positions: Tensor,
+    write_slots: Tensor,
+    dummy_slot: int,
+    max_keys: int | None = None,
 ) -> PagedMetadata:
     """Decode and prefill tokens: every key, the token's own included, is in its table row."""
     query_len = positions + 1
     path = torch.full((positions.shape[0], 1), dummy_slot, dtype=torch.long, device=table.device)
-    return PagedMetadata(write_slots, table, query_row, query_len, query_len, path)
+    return PagedMetadata(write_slots, table, query_row, query_len, query_len, path, max_keys)
 
 
 def for_trees(
@@ -96,6 +102,6 @@ def paged_attention(
     if q.is_cuda:
         from kernels import paged_attention as kernel  # triton: imported only where it runs
 
-        return kernel.paged_attention(q, k_pool, v_pool, *args)
+        return kernel.paged_attention(q, k_pool, v_pool, *args, max_keys=meta.max_keys)
     assert _cpu_kernels is not None, "load_cpu_kernel() first"
     return _cpu_kernels.attention(q.contiguous(), k_pool, v_pool, *args)

@@ -200,7 +200,9 @@ class TargetEngine:
         slots = self.table.slots
         if self.paged:
             dummy = self.pools.dummy_slot
-            return paged.for_sequences(slots, batch.token_rows, batch.positions, write_slots, dummy)
+            return paged.for_sequences(
+                slots, batch.token_rows, batch.positions, write_slots, dummy, batch.max_context
+            )
         key_slots = slots[batch.rows, : batch.max_context]
         return build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
 

@@ -217,6 +217,7 @@ class DecodeGraphRunner:
                 query_len=buf.positions[:batch] + 1,
                 prefix_len=buf.prefix_len[:batch],
                 path=buf.path[:batch],
+                max_keys=keys,  # the context bound: every replay's lengths fit under it
             )
         return AttentionMetadata(
             write_slots=buf.write_slots[:batch],

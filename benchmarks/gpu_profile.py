@@ -1,0 +1,92 @@
+"""Where a GPU decode step goes: the kernels of one step (torch.profiler) and graph replay's
+device time against the engine's wall time per step (host work included).
+
+  python -m benchmarks.gpu_profile --shape llama-8b --context 1024 [--attention paged --merged]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.gpu_steps import GREEDY, SHAPES, _cuda_ms, _engine, random_model
+from model_runtime.fused import use_fused_kernels
+from model_runtime.fused_layers import merge_projections
+from target_service.engine import StepItem
+
+
+def top_kernels(fn, count: int = 25) -> list[dict]:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    events.sort(key=lambda e: -e.device_time_total)
+    return [
+        {"kernel": e.key[:90], "calls": e.count, "total_us": round(e.device_time_total, 1)}
+        for e in events[:count]
+    ]
+
+
+def host_ops(fn, count: int = 20) -> list[dict]:
+    """The torch calls of one engine step by host time (what a decode step costs off the GPU)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    return [
+        {"op": e.key[:60], "calls": e.count, "self_us": round(e.self_cpu_time_total, 1)}
+        for e in events[:count]
+    ]
+
+
+def profile_shape(shape: str, context: int, attention: str, merged: bool) -> dict:
+    model = random_model(shape, torch.bfloat16)
+    use_fused_kernels(True)
+    if merged:
+        merge_projections(model)
+    engine = _engine(model, True, (1,), attention)
+    slot = iter(range(40000))
+    prompt = [(7 * j) % 1000 + 1 for j in range(context)]
+    with torch.inference_mode():
+        engine.forward([StepItem("r", prompt, 0, [next(slot) for _ in prompt], True, GREEDY)])
+    length = context
+
+    def step() -> float:
+        nonlocal length
+        result = engine.forward([StepItem("r", [5], length, [next(slot)])])
+        length += 1
+        return result.forward_ms
+
+    walls = [step() for _ in range(20)]
+    runner = engine.graphs
+    assert runner is not None
+    graph = next(iter(runner.graphs.values()))
+    replay = [_cuda_ms(graph.replay) for _ in range(20)]
+    with torch.inference_mode():
+        eager = top_kernels(lambda: runner._body(1, runner.context_buckets[0], True))
+        graphed = top_kernels(graph.replay)
+    host = host_ops(step)
+    return {
+        "shape": shape, "attention": attention, "merged": merged,
+        "engine_step_ms": statistics.median(walls[3:]),
+        "graph_replay_ms": statistics.median(replay[3:]),
+        "eager_kernels": eager, "replay_kernels": graphed, "host_ops": host,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-8b")
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--attention", default="paged")
+    parser.add_argument("--merged", action="store_true")
+    args = parser.parse_args()
+    report = profile_shape(args.shape, args.context, args.attention, args.merged)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
