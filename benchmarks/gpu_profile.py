@@ -70,11 +70,17 @@ def profile_shape(shape: str, context: int, attention: str, merged: bool) -> dic
         graphed = top_kernels(graph.replay)
     host = host_ops(step)
     return {
-        "shape": shape, "attention": attention, "merged": merged,
+        "shape": shape, "attention": attention, "merged": merged, "chunk": _chunk(),
         "engine_step_ms": statistics.median(walls[3:]),
         "graph_replay_ms": statistics.median(replay[3:]),
         "eager_kernels": eager, "replay_kernels": graphed, "host_ops": host,
     }  # fmt: skip
+
+
+def _chunk() -> int:
+    from kernels import paged_attention
+
+    return paged_attention.CHUNK
 
 
 def main() -> None:
@@ -83,7 +89,12 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--attention", default="paged")
     parser.add_argument("--merged", action="store_true")
+    parser.add_argument("--chunk", type=int, help="paged attention's keys per split (experiment)")
     args = parser.parse_args()
+    if args.chunk:
+        from kernels import paged_attention
+
+        paged_attention.CHUNK = args.chunk  # read at each call; captured graphs take it too
     report = profile_shape(args.shape, args.context, args.attention, args.merged)
     print(json.dumps(report, indent=1))
 

@@ -7,13 +7,13 @@ own ``path`` (a tree node's ancestors).
 
 A token's keys are cut into fixed chunks of CHUNK keys (split-KV, as flash-decoding does): one
 program per (token, KV head, chunk) computes that chunk's partial softmax (max, sum, weighted
-values) with an online softmax over blocks of BLOCK_K, and a second kernel merges a token's
-chunks in chunk order. A decode step of one request then spreads over many programs instead of
-one per KV head (the first version, one program walking all keys, took 1.27 ms per layer of the
-Llama-8B shape at 1,024 keys on an H200). The chunks, the blocks and the merge order depend only
-on the token's own keys, never on how many queries share the step or which kind of step it is,
-so a token gets the same bits decoded alone, verified in a tree or prefilled in a chunk. Loop
-bounds are read on the device, so both kernels sit inside captured CUDA graphs.
+values) for the KV head's group of query heads, and a second kernel merges a token's chunks in
+chunk order. A decode step of one request then spreads over many programs instead of one per
+KV head (the first version, one program walking all keys, took 1.27 ms a layer of the Llama-8B
+shape at 1,024 keys on an H200; this one about 10 us). The chunks and the merge order depend
+only on the token's own keys, never on how many queries share the step or which kind of step it
+is, so a token gets the same bits decoded alone, verified in a tree or prefilled in a chunk.
+Loop bounds are read on the device, so both kernels sit inside captured CUDA graphs.
 
 bf16/fp16 inputs go to the tensor cores in their own dtype (fp32 accumulation); fp32 inputs use
 IEEE fp32 products, so an fp32 model stays fp32.
@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-CHUNK = 256  # keys per split: fixed, since the split is part of the numerics
+CHUNK = 64  # keys per split: fixed (the split is part of the numerics); 64 measured best of
+# 64/128/256 on the H200 (benchmarks/results/gpu_attention_chunks_2026-12-01.jsonl)
 BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
 # How the two products run (the DOT constexpr): bf16/fp16 on the tensor cores, fp32 in IEEE fp32;
 # under Triton's interpreter, whose bf16 dot is wrong, 16-bit operands are widened to fp32
@@ -109,6 +110,9 @@ def _merge_kernel(
     m_ptr, l_ptr, acc_ptr, out_ptr, len_ptr, stride_ot, stride_oh, num_heads, num_chunks,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
 ):  # fmt: skip
+    """One program per (token, query head): its chunks merged in chunk order. (One program per
+    KV head, its group of heads at once, made the Llama-8B shape's merges 212 us a step instead
+    of 114 on the H200.)"""
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     used = tl.cdiv(tl.load(len_ptr + token), CHUNK)
@@ -165,6 +169,7 @@ def paged_attention(
     bound = max_keys if max_keys is not None else table.shape[1] + path.shape[1]
     num_chunks = triton.cdiv(bound, CHUNK)
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 and powers of two
+    block_h = max(16, triton.next_power_of_2(group))
     m = torch.empty((num_tokens, num_heads, num_chunks), dtype=torch.float32, device=q.device)
     total = torch.empty_like(m)
     acc = torch.empty((*m.shape, block_d), dtype=torch.float32, device=q.device)
@@ -172,8 +177,8 @@ def paged_attention(
         q, k_pool, v_pool, m, total, acc, table, query_row, query_len, prefix_len, path,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), table.stride(0),
         path.stride(0), num_heads, num_chunks, head_dim**-0.5,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_K=BLOCK_K, CHUNK=CHUNK,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_K=BLOCK_K,
+        CHUNK=CHUNK,
         DOT=_dot_mode(q.dtype),
     )  # fmt: skip
     _merge_kernel[(num_tokens, num_heads)](

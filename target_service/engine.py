@@ -66,7 +66,7 @@ class TargetEngine:
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
             model.config.max_position, config.max_tree_tokens,
         )  # fmt: skip
-        self.paged = config.attention == "paged"
+        self.paged = config.attention_backend == "paged"
         if self.paged and self.device.type == "cpu":
             paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.h
 

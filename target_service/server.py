@@ -85,11 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention",
         choices=ATTENTION_BACKENDS,
-        default="torch",
-        help="attention backend: 'torch' (dense gather + SDPA; the measured default) or "
-        "'paged' (one Triton kernel over the slot table for decode, prefill and verify, with "
-        "merged projections on CUDA; checked on CPU under Triton's interpreter, not yet timed "
-        "on a GPU)",
+        default="auto",
+        help="attention backend: 'paged' (one Triton kernel over the slot table for decode, "
+        "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
+        "(dense gather + SDPA), or 'auto' (default: paged on CUDA where triton is installed, "
+        "torch on CPU)",
     )
     parser.add_argument(
         "--max-tree-tokens",
