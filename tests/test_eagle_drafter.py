@@ -256,3 +256,15 @@ def test_smollm2_random_head_proposes_valid_trees() -> None:
     tree = drafter.propose(["a"])[0]
     check_shape(tree, shape, tokens[-1])
     assert tree.num_nodes == shape.num_draft_tokens
+
+
+def test_draft_info_names_the_heads_hidden_size(head: EagleHead) -> None:
+    """DraftInfo.hidden_size is the width of the hidden rows the replica reads (it read 0)."""
+    from pathlib import Path
+
+    from draft_service.server import DraftConfig, draft_info
+
+    drafter = EagleDrafter(head, TreeShape(num_steps=2, topk=2, num_draft_tokens=4), 64)
+    info = draft_info(drafter, DraftConfig(method="eagle", cache_dir=Path(".")))
+    assert (info.method, info.needs_hidden) == ("eagle", True)
+    assert info.hidden_size == head.config.target.hidden_size > 0

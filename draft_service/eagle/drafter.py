@@ -60,6 +60,11 @@ class EagleDrafter(Drafter):
     method = "eagle"
     needs_hidden = True
 
+    @property
+    def hidden_size(self) -> int:
+        """Width of the target hidden rows this drafter reads (advertised in DraftInfo)."""
+        return self.head.hidden_size
+
     def __init__(
         self, head: EagleHead, shape: TreeShape, num_slots: int, max_batch_size: int = 32
     ) -> None:
