@@ -213,7 +213,7 @@ class DraftDiscoveryStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., addresses: _Optional[_Iterable[str]] = ..., last_resolved_unix_s: _Optional[float] = ..., last_attempt_unix_s: _Optional[float] = ..., error: _Optional[str] = ..., num_lookups: _Optional[int] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery", "num_retractions")
+    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery", "num_retractions", "speculation_switch")
     NUM_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_FIELD_NUMBER: _ClassVar[int]
     NUM_TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +226,7 @@ class ServerStatus(_message.Message):
     DRAFT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_DISCOVERY_FIELD_NUMBER: _ClassVar[int]
     NUM_RETRACTIONS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_SWITCH_FIELD_NUMBER: _ClassVar[int]
     num_running: int
     num_waiting: int
     num_total_slots: int
@@ -238,4 +239,27 @@ class ServerStatus(_message.Message):
     draft_replicas: _containers.RepeatedCompositeFieldContainer[DraftReplicaStatus]
     draft_discovery: _containers.RepeatedCompositeFieldContainer[DraftDiscoveryStatus]
     num_retractions: int
-    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ...) -> None: ...
+    speculation_switch: SpeculationSwitchStatus
+    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ..., speculation_switch: _Optional[_Union[SpeculationSwitchStatus, _Mapping]] = ...) -> None: ...
+
+class SpeculationSwitchBucket(_message.Message):
+    __slots__ = ("batch_size", "speculative_tok_s", "target_only_tok_s", "speculating")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_TOK_S_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ONLY_TOK_S_FIELD_NUMBER: _ClassVar[int]
+    SPECULATING_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    speculative_tok_s: float
+    target_only_tok_s: float
+    speculating: bool
+    def __init__(self, batch_size: _Optional[int] = ..., speculative_tok_s: _Optional[float] = ..., target_only_tok_s: _Optional[float] = ..., speculating: _Optional[bool] = ...) -> None: ...
+
+class SpeculationSwitchStatus(_message.Message):
+    __slots__ = ("enabled", "num_switches", "buckets")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    NUM_SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    num_switches: int
+    buckets: _containers.RepeatedCompositeFieldContainer[SpeculationSwitchBucket]
+    def __init__(self, enabled: _Optional[bool] = ..., num_switches: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[SpeculationSwitchBucket, _Mapping]]] = ...) -> None: ...

@@ -32,6 +32,7 @@ class RouterConfig:
     served_model_name: str = ""  # the model name of the HTTP API; empty: the target's
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
     kv_policy: str = "reserve"  # or "retract": admit on the prefill, retract under pressure
+    adaptive_speculation: bool = False  # speculate only where measured faster (spec_switch.py)
 
     def __post_init__(self) -> None:
         for name in (

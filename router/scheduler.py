@@ -24,6 +24,7 @@ from router.kv_manager import KVManager
 from router.output import Committed, OutputStream
 from router.request import Request
 from router.retraction import KVPressure
+from router.spec_switch import SpeculationSwitch
 from router.speculation import Speculation
 from router.stats import ServerCounters, speculation_stats
 from router.target_client import TargetClient
@@ -65,6 +66,8 @@ class Scheduler:
         self.before_step: list[Callable[[], Awaitable[None]]] = []  # e.g. router/target_watch
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
+        self.switch = SpeculationSwitch(config.adaptive_speculation)
+        self._speculate_next = True  # the switch's choice for the coming step
 
     # ---- called by the servicer ---------------------------------------------------------
 
@@ -120,7 +123,9 @@ class Scheduler:
             await self.step()
 
     async def step(self) -> None:
+        started = time.perf_counter()
         plan = self._schedule()
+        emitted = sum(len(p.req.output_ids) for p in plan)
         trees = await self._propose(plan)
         plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
@@ -141,14 +146,28 @@ class Scheduler:
         )
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
+        self._measure(plan, bool(trees), started, emitted)
         await self._finish(done)
+        self._speculate_next = self.switch.speculate_next(self._num_decoding())
         if not self._overloaded():
             await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
 
+    def _measure(
+        self, plan: list[Planned], speculative: bool, started: float, emitted: int
+    ) -> None:
+        """A decode-only step's committed tokens and wall time, for the speculation switch."""
+        if plan and not any(p.prefill for p in plan):
+            tokens = sum(len(p.req.output_ids) for p in plan) - emitted
+            self.switch.record(len(plan), speculative, tokens, time.perf_counter() - started)
+
+    def _num_decoding(self) -> int:
+        return sum(not r.is_prefilling for r in self.running)
+
     def _overloaded(self) -> bool:
-        """Under load a wider batch beats longer trees: steps run target-only."""
-        num_decoding = sum(not r.is_prefilling for r in self.running)
-        return num_decoding > self.config.max_speculative_batch
+        """Target-only steps: under load a wider batch beats longer trees
+        (--max-speculative-batch), and where the switch measured speculation losing."""
+        num_decoding = self._num_decoding()
+        return num_decoding > self.config.max_speculative_batch or not self._speculate_next
 
     @staticmethod
     async def _maybe(call, items):

@@ -100,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")
     parser.add_argument(
+        "--adaptive-speculation", action="store_true",
+        help="per batch size, speculate only while speculative rounds measure faster than "
+        "target-only steps (both are probed now and then; outputs do not change)",
+    )
+    parser.add_argument(
         "--kv-policy", choices=["reserve", "retract"], default="reserve",
         help="reserve: admit a request only with KV slots for its whole generation (it never "
         "runs short); retract: admit on its prompt and, when slots run short, retract running "
@@ -134,6 +139,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         http_port=args.http_port,
         served_model_name=args.served_model_name,
         kv_policy=args.kv_policy,
+        adaptive_speculation=args.adaptive_speculation,
     )
 
 

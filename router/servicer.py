@@ -82,6 +82,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             num_generated_tokens=s.counters.num_generated_tokens,
             uptime_s=s.counters.uptime_s,
             speculation=s.counters.speculation(),
+            speculation_switch=s.switch.status(),
             draft_replicas=[
                 pb.DraftReplicaStatus(
                     address=r.address,

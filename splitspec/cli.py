@@ -35,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     router_args = ["--model", str(args.model)] if args.model else []
     if args.http_port:
         router_args += ["--http-port", str(args.http_port)]
+    if args.adaptive_speculation:
+        router_args.append("--adaptive-speculation")
     if not _prepare(args):
         return 2
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
@@ -171,6 +173,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="torch threads of each draft replica (0: torch's default, all cores; the "
         "target and the drafter take turns, so both may use every core)",
     )
+    p.add_argument("--adaptive-speculation", action="store_true",
+                   help="the router speculates only where it measures speculation faster "
+                   "than target-only steps, per batch size (see the router's flag)")
     p.add_argument("--num-draft-replicas", type=int, default=1)
     p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")
     p.add_argument("--topk", type=int, default=4, help="children expanded per draft step")
