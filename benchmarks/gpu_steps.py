@@ -22,6 +22,7 @@ from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.request_table import SamplingSpec
+from target_service.verify_graphs import VerifyGraphRunner
 
 GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
 # (merged layers, attention backend, graphs): the torch backend as before, the paged kernel,
@@ -91,6 +92,10 @@ def _engine(
         runner = DecodeGraphRunner(model, engine.pools, 2048, batch_sizes, table=table)
         runner.capture_all()
         engine.attach_graphs(runner)
+        if attention == "paged":  # the verify step's graph too (target_service/verify_graphs.py)
+            verify = VerifyGraphRunner(model, engine.pools, engine.table.slots, batch_sizes, (16,))
+            verify.capture_all()
+            engine.attach_verify_graphs(verify)
     return engine
 
 

@@ -50,9 +50,10 @@ def for_trees(
     node_slots: Tensor,
     ancestors: Tensor,
     depths: Tensor,
-    real: Tensor,
+    real: Tensor | None,
 ) -> PagedMetadata:
-    """Tree nodes [B, N] flattened to the real ones (``real``, [B * N] bool).
+    """Tree nodes [B, N] flattened to the real ones (``real``, [B * N] bool), or all of them
+    (``real`` None: a fixed-shape step, whose padding nodes write only the dummy slot).
 
     Node i's keys: the committed context (table columns below start_pos), then the slots of its
     ancestors in index order, which is root-to-leaf order since a parent precedes its children.
@@ -63,13 +64,17 @@ def for_trees(
     order = torch.argsort((~ancestors).long() * num_nodes + index, dim=-1)  # [B, N, N]
     path = node_slots[:, None, :].expand(num_req, num_nodes, num_nodes).gather(2, order)
     start = start_pos[:, None].expand(num_req, num_nodes)
+
+    def keep(t: Tensor) -> Tensor:
+        return t if real is None else t[real]
+
     return PagedMetadata(
-        write_slots=node_slots.flatten()[real],
+        write_slots=keep(node_slots.flatten()),
         table=table,
-        query_row=rows[:, None].expand(num_req, num_nodes).flatten()[real],
-        query_len=(start + depths + 1).flatten()[real],
-        prefix_len=start.flatten()[real],
-        path=path.reshape(num_req * num_nodes, num_nodes)[real],
+        query_row=keep(rows[:, None].expand(num_req, num_nodes).flatten()),
+        query_len=keep((start + depths + 1).flatten()),
+        prefix_len=keep(start.flatten()),
+        path=keep(path.reshape(num_req * num_nodes, num_nodes)),
     )
 
 

@@ -32,6 +32,7 @@ class TargetConfig:
     attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto"
     exact: bool = False  # CPU fp32: batch-invariant numerics (paged attention, few-row linears)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
+    verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
 
     @property
     def attention_backend(self) -> str:

@@ -19,7 +19,8 @@ from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.request_table import RequestState, RequestTable
 from target_service.tree_batch import pad_trees
-from target_service.verify import TreeBatch, run_verify
+from target_service.verify import TreeBatch, VerifyOutput, run_verify
+from target_service.verify_graphs import VerifyGraphRunner
 
 
 @dataclass
@@ -62,6 +63,7 @@ class TargetEngine:
         width = self.max_context + config.max_lookahead
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
         self.graphs: DecodeGraphRunner | None = None
+        self.verify_graphs: VerifyGraphRunner | None = None
         self.limits = StepLimits(
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
             model.config.max_position, config.max_tree_tokens,
@@ -91,9 +93,14 @@ class TargetEngine:
         started = time.perf_counter()
         states = admit_trees(self.table, self.limits, items)
         trees = self._tree_batch(items, states)
+        want_hidden = any(it.return_hidden for it in items)
+        if self._fits_verify_graphs(states, trees):
+            assert self.verify_graphs is not None
+            with torch.inference_mode():
+                out = self.verify_graphs.run(trees, want_hidden)
+            return self._verify_results(items, out), (time.perf_counter() - started) * 1e3
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
         params = self._sampling_tensors(states, trees.start_pos)
-        want_hidden = any(it.return_hidden for it in items)
         with torch.inference_mode():
             out = run_verify(
                 self.model,
@@ -109,7 +116,25 @@ class TargetEngine:
                 ),
             )
             penalties.record(states, out.token_ids, self.model_config.vocab_size, self.device)
-        results = [
+        return self._verify_results(items, out), (time.perf_counter() - started) * 1e3
+
+    def attach_verify_graphs(self, runner: VerifyGraphRunner) -> None:
+        """Greedy verify steps that fit ``runner``'s buckets run its fixed-shape step."""
+        self.verify_graphs = runner
+
+    def _fits_verify_graphs(self, states: list[RequestState], trees: TreeBatch) -> bool:
+        plain = all(
+            s.sampling.temperature == 0
+            and s.sampling.presence_penalty == 0
+            and s.sampling.frequency_penalty == 0
+            for s in states
+        )
+        runner = self.verify_graphs
+        return plain and runner is not None and runner.can_run(*trees.tokens.shape)
+
+    @staticmethod
+    def _verify_results(items: list[VerifyItem], out: VerifyOutput) -> list[VerifyResult]:
+        return [
             VerifyResult(
                 ids,
                 n,
@@ -119,7 +144,6 @@ class TargetEngine:
                 zip(items, out.token_ids, out.num_accepted, strict=True)
             )
         ]
-        return results, (time.perf_counter() - started) * 1e3
 
     def read_hidden(self, request_id: str, start: int, end: int) -> torch.Tensor:
         """Hidden rows of context positions [start, end) of a request, on the host."""

@@ -158,7 +158,7 @@ class DecodeGraphRunner:
             for greedy in (True, False)
         ]
         with torch.inference_mode():
-            for shape in _progress(shapes, "capturing decode graphs"):
+            for shape in progress(shapes, "capturing decode graphs"):
                 self.graphs[shape] = self._capture(*shape, pool)
         used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
         log.info(
@@ -295,7 +295,7 @@ class DecodeGraphRunner:
         return graph
 
 
-def _progress(items: list, description: str):
+def progress(items: list, description: str):
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is a dependency; stay quiet rather than fail without it

@@ -27,6 +27,7 @@ from target_service.config import ATTENTION_BACKENDS, TargetConfig
 from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
+from target_service.verify_graphs import VerifyGraphRunner
 
 log = logging.getLogger("splitspec.target")
 SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
@@ -107,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "prefill, see the README)",
     )
     parser.add_argument(
+        "--verify-graphs",
+        action="store_true",
+        help="paged backend: greedy tree-verify steps in fixed shapes (batch 1-8 x 8-64 nodes), "
+        "replayed from CUDA graphs on CUDA; checked against the eager verify on CPU, not yet "
+        "timed on a GPU, hence off by default",
+    )
+    parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=(1, 2, 4, 8, 16, 32),
@@ -147,6 +155,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         exact=args.exact,
         max_tree_tokens=args.max_tree_tokens,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
+        verify_graphs=args.verify_graphs,
     )
 
 
@@ -183,6 +192,11 @@ def build_engine(config: TargetConfig) -> TargetEngine:
             )
             runner.capture_all()
             engine.attach_graphs(runner)
+    if config.verify_graphs and engine.paged:
+        verify = VerifyGraphRunner(model, engine.pools, engine.table.slots,
+                                   use_graphs=config.cuda_graphs)  # fmt: skip
+        verify.capture_all()
+        engine.attach_verify_graphs(verify)
     return engine
 
 

@@ -1,0 +1,119 @@
+"""target_service/verify_graphs.py: the fixed-shape greedy verify step gives what the engine's own
+verify gives (accepted tokens, counts, hidden rows, and every pool row but the dummy slot's),
+with trees of several sizes padded into one bucket and padded requests beside them. On CPU the
+step runs eagerly (the paged backend's C++ attention); on CUDA the same test replays graphs.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from kernels import few_row_linear
+from plumbing.paths import default_cache_dir
+from target_service.config import TargetConfig
+from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.request_table import SamplingSpec
+from target_service.verify_graphs import VerifyGraphRunner
+from tests.helpers.spec_fixtures import load_copy
+from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None,
+    reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
+)
+GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+NUM_SLOTS = 400
+PROMPTS = [[3, 9, 27, 81, 243, 5, 7], [11, 13, 17], [100, 200, 300, 400, 500]]
+CHAIN = 4  # greedy tokens planted as one branch of each tree: verify accepts them
+
+
+def make_engine(model, runner: bool) -> TargetEngine:
+    config = TargetConfig(
+        model_path=Path("."), cache_dir=default_cache_dir(), dtype="float32",
+        num_slots=NUM_SLOTS, device=DEVICE, attention="paged",
+    )  # fmt: skip
+    engine = TargetEngine(config, model)
+    if runner:
+        graphs = VerifyGraphRunner(model, engine.pools, engine.table.slots, (1, 4), (16,))
+        graphs.capture_all()
+        engine.attach_verify_graphs(graphs)
+    return engine
+
+
+def greedy_continuations(model) -> list[list[int]]:
+    """Each prompt's next CHAIN + 1 greedy tokens, decoded one by one (no tree involved)."""
+    engine = make_engine(model, runner=False)
+    slot = iter(range(NUM_SLOTS))
+    out = []
+    for i, prompt in enumerate(PROMPTS):
+        ids = engine.forward(
+            [StepItem(f"r{i}", prompt, 0, [next(slot) for _ in prompt], True, GREEDY)]
+        ).next_token_ids
+        for n in range(CHAIN):
+            step = StepItem(f"r{i}", [ids[-1]], len(prompt) + n, [next(slot)])
+            ids += engine.forward([step]).next_token_ids
+        out.append(ids)
+    return out
+
+
+def verify_rounds(engine: TargetEngine, continuations: list[list[int]], seed: int) -> list:
+    """Prefills every prompt, then two verify rounds of trees of different sizes."""
+    rng = random.Random(seed)
+    slot = iter(range(NUM_SLOTS))
+    engine.forward(
+        [StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, GREEDY)
+         for i, p in enumerate(PROMPTS)]
+    )  # fmt: skip
+    starts = [len(p) for p in PROMPTS]
+    roots = [c[0] for c in continuations]
+    outcomes = []
+    for round_ in range(2):
+        items = []
+        for i, cont in enumerate(continuations):
+            chain = [roots[i], *cont[1 : 1 + CHAIN]] if round_ == 0 else [roots[i]]
+            tokens, parents = chain_with_siblings(rng, chain, siblings=2 + 3 * i)
+            new_slots = [next(slot) for _ in range(24)] if round_ == 0 else []
+            items.append(VerifyItem(f"r{i}", starts[i], tokens, parents, new_slots, True))
+        results, _ = engine.verify(items)
+        for i, r in enumerate(results):
+            starts[i] += 1 + r.num_accepted
+            roots[i] = r.token_ids[-1]
+        outcomes.append([(r.token_ids, r.num_accepted, r.hidden) for r in results])
+    return outcomes
+
+
+def chain_with_siblings(rng: random.Random, chain: list[int], siblings: int) -> tuple[list, list]:
+    """``chain`` as a root-first path, plus ``siblings`` random nodes hung off path nodes."""
+    tokens, parents = list(chain), [-1, *range(len(chain) - 1)]
+    for _ in range(siblings):
+        tokens.append(rng.randrange(1, 49152))
+        parents.append(rng.randrange(len(chain)))
+    return tokens, parents
+
+
+def test_fixed_shape_verify_equals_the_engines_verify(tiny_model_dir: Path) -> None:
+    model = load_copy(tiny_model_dir, DEVICE, torch.float32)
+    continuations = greedy_continuations(model)
+    plain, fixed = make_engine(model, runner=False), make_engine(model, runner=True)
+    assert fixed.verify_graphs is not None
+    with mock.patch.object(fixed.verify_graphs, "run", wraps=fixed.verify_graphs.run) as spy:
+        got = verify_rounds(fixed, continuations, seed=1)
+    assert spy.call_count == 2  # both rounds took the fixed-shape step
+    want = verify_rounds(plain, continuations, seed=1)
+    assert got[0][0][1] == CHAIN, "the planted chain was not accepted"
+    for round_got, round_want in zip(got, want, strict=True):
+        for (ids_g, n_g, hidden_g), (ids_w, n_w, hidden_w) in zip(
+            round_got, round_want, strict=True
+        ):
+            assert (ids_g, n_g) == (ids_w, n_w)
+            torch.testing.assert_close(hidden_g, hidden_w, rtol=1e-5, atol=1e-5)
+    live = torch.ones(plain.pools.hidden.shape[0], dtype=torch.bool)
+    live[plain.pools.dummy_slot] = False
+    for a, b in zip(fixed.pools.all_pools(), plain.pools.all_pools(), strict=True):
+        torch.testing.assert_close(a[live.to(a.device)], b[live.to(b.device)], rtol=1e-5, atol=1e-5)
