@@ -24,7 +24,7 @@ from target_service.engine import StepItem, TargetEngine
 from target_service.graph_runner import DecodeGraphRunner, bucket_for, context_buckets
 from target_service.request_table import SamplingSpec
 from tests.helpers.spec_fixtures import load_copy, load_fp64
-from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fixture)
 
 PROMPTS = [[1, 5, 9, 200, 31], [7, 7, 3], [400, 12, 99, 5, 6, 8, 10], [42]]
 GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
@@ -83,8 +83,8 @@ def test_context_buckets_cover_the_context() -> None:
     assert bucket_for(3, (1, 2, 4)) == 4 and bucket_for(5, (1, 2, 4)) is None
 
 
-def test_runner_decodes_what_the_eager_step_decodes(tiny_model_dir: Path) -> None:
-    model = load_fp64(tiny_model_dir)
+def test_runner_decodes_what_the_eager_step_decodes(engine_model_dir: Path) -> None:
+    model = load_fp64(engine_model_dir)
     specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     plain = make_engine(model, "float64", None)
     fixed = make_engine(model, "float64", False)
@@ -92,10 +92,10 @@ def test_runner_decodes_what_the_eager_step_decodes(tiny_model_dir: Path) -> Non
     torch.testing.assert_close(fixed.pools.hidden, plain.pools.hidden, rtol=0, atol=1e-10)
 
 
-def test_paged_runner_decodes_what_the_paged_eager_step_decodes(tiny_model_dir: Path) -> None:
+def test_paged_runner_decodes_what_the_paged_eager_step_decodes(engine_model_dir: Path) -> None:
     """The runner's body on the paged backend (Triton's interpreter on CPU): same tokens."""
     skip_without_paged_backend()
-    model = load_copy(tiny_model_dir, "cpu", torch.float32)
+    model = load_copy(engine_model_dir, "cpu", torch.float32)
     specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     plain = make_engine(model, "float32", None, attention="paged")
     fixed = make_engine(model, "float32", False, attention="paged")
@@ -105,12 +105,12 @@ def test_paged_runner_decodes_what_the_paged_eager_step_decodes(tiny_model_dir: 
 
 
 @pytest.mark.parametrize("attention", ["torch", "paged"])
-def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path, attention: str) -> None:
+def test_padded_rows_touch_only_the_dummy_slot(engine_model_dir: Path, attention: str) -> None:
     """A 3-request step runs in the 4-bucket: the padded row writes nowhere but the dummy."""
     if attention == "paged":
         skip_without_paged_backend()
     dtype = torch.float64 if attention == "torch" else torch.float32
-    model = load_copy(tiny_model_dir, "cpu", dtype)
+    model = load_copy(engine_model_dir, "cpu", dtype)
     engine = make_engine(model, str(dtype).removeprefix("torch."), False, attention=attention)
     decode(engine, [GREEDY] * 4, 1)
     for pool in engine.pools.all_pools():
@@ -135,10 +135,10 @@ def test_padded_rows_touch_only_the_dummy_slot(tiny_model_dir: Path, attention: 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("variant", ["torch", "paged", "paged-merged"])
 def test_graph_replay_is_bit_identical_to_the_eager_body(
-    tiny_model_dir: Path, dtype, variant: str
+    engine_model_dir: Path, dtype, variant: str
 ) -> None:
     """Each attention backend, and the merged decoder body (model_runtime/fused_layers.py)."""
-    model = load_copy(tiny_model_dir, "cuda", getattr(torch, dtype))
+    model = load_copy(engine_model_dir, "cuda", getattr(torch, dtype))
     if variant == "paged-merged":
         merge_projections(model)
     attention = variant.removesuffix("-merged")

@@ -20,7 +20,7 @@ layer_ops = pytest.importorskip("kernels.layer_ops", reason="triton is not insta
 from kernels import layer_reference  # noqa: E402
 from model_runtime.fused_layers import is_merged, merge_projections  # noqa: E402
 from tests.helpers.spec_fixtures import load_copy, load_fp64  # noqa: E402
-from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 (fixture)
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: E402, F401 (fixture)
 from tests.test_paged_attention import needs_paged_engine, run_engine  # noqa: E402
 
 
@@ -65,8 +65,8 @@ def test_silu_mul_halves(dtype, rows: int, width: int) -> None:
     assert_matches(layer_ops.silu_mul_halves(gate_up), layer_reference.silu_mul_halves(gate_up))
 
 
-def test_merged_projections_are_views_of_one_weight(tiny_model_dir: Path) -> None:
-    model = copy.deepcopy(load_fp64(tiny_model_dir))
+def test_merged_projections_are_views_of_one_weight(engine_model_dir: Path) -> None:
+    model = copy.deepcopy(load_fp64(engine_model_dir))
     attn = model.model.layers[0].self_attn
     q_before = attn.q_proj.weight.detach().clone()
     merge_projections(model)
@@ -76,9 +76,9 @@ def test_merged_projections_are_views_of_one_weight(tiny_model_dir: Path) -> Non
 
 
 @needs_paged_engine
-def test_fused_body_computes_what_the_layer_loop_computes(tiny_model_dir: Path) -> None:
+def test_fused_body_computes_what_the_layer_loop_computes(engine_model_dir: Path) -> None:
     """Prefill, mixed decode + prefill and random tree verifies, paged attention both times."""
-    plain = load_copy(tiny_model_dir, DEVICE, torch.float32)
+    plain = load_copy(engine_model_dir, DEVICE, torch.float32)
     merged = copy.deepcopy(plain)
     merge_projections(merged)
     with_loop, with_fused = run_engine(plain, "paged", 0), run_engine(merged, "paged", 0)

@@ -28,7 +28,7 @@ from target_service.config import TargetConfig  # noqa: E402
 from target_service.engine import StepItem, TargetEngine, VerifyItem  # noqa: E402
 from target_service.request_table import SamplingSpec  # noqa: E402
 from tests.helpers.spec_fixtures import load_copy  # noqa: E402
-from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: E402, F401 (fixture)
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: E402, F401 (fixture)
 from tests.test_tree import random_tree  # noqa: E402
 
 DEVICE = "cuda" if ON_CUDA else "cpu"
@@ -173,8 +173,8 @@ def run_engine(model, attention: str, seed: int) -> list:
 
 @needs_paged_engine
 @pytest.mark.parametrize("seed", range(1))
-def test_paged_engine_matches_the_torch_engine(tiny_model_dir: Path, seed: int) -> None:
-    model = load_copy(tiny_model_dir, DEVICE, torch.float32)
+def test_paged_engine_matches_the_torch_engine(engine_model_dir: Path, seed: int) -> None:
+    model = load_copy(engine_model_dir, DEVICE, torch.float32)
     with_torch = run_engine(model, "torch", seed)
     with_paged = run_engine(model, "paged", seed)
     assert with_paged[:2] == with_torch[:2]

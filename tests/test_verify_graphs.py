@@ -20,7 +20,7 @@ from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.request_table import SamplingSpec
 from target_service.verify_graphs import VerifyGraphRunner
 from tests.helpers.spec_fixtures import load_copy
-from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fixture)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(
@@ -97,8 +97,8 @@ def chain_with_siblings(rng: random.Random, chain: list[int], siblings: int) -> 
     return tokens, parents
 
 
-def test_fixed_shape_verify_equals_the_engines_verify(tiny_model_dir: Path) -> None:
-    model = load_copy(tiny_model_dir, DEVICE, torch.float32)
+def test_fixed_shape_verify_equals_the_engines_verify(engine_model_dir: Path) -> None:
+    model = load_copy(engine_model_dir, DEVICE, torch.float32)
     continuations = greedy_continuations(model)
     plain, fixed = make_engine(model, runner=False), make_engine(model, runner=True)
     assert fixed.verify_graphs is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -161,6 +161,14 @@ E2E_MODEL = TinyLlama(
 def tiny_model_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """E2E_MODEL's folder (vocabulary 49152, the default model's tokenizer)."""
     return tiny_llama_dir(tmp_path_factory.getbasetemp(), E2E_MODEL)
+
+
+@pytest.fixture(scope="session", name="engine_model_dir")
+def engine_model_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """E2E_MODEL's weights without a tokenizer: for engine tests, which need no default model
+    (so the GPU box runs them without the 98 MB GGUF carried over)."""
+    shape = replace(E2E_MODEL, with_tokenizer=False)
+    return tiny_llama_dir(tmp_path_factory.getbasetemp(), shape)
 
 
 @pytest.fixture(scope="session", name="oracle_head_dir")
