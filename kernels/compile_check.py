@@ -18,7 +18,15 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels import fused_ops, layer_ops, paged_attention, tree_compact, tree_kernels
+from kernels import (
+    dot_modes,
+    fused_ops,
+    invariant_matmul,
+    layer_ops,
+    paged_attention,
+    tree_compact,
+    tree_kernels,
+)
 
 MASK = {
     "parents_ptr": "*i64",
@@ -107,7 +115,7 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
             }  # fmt: skip
             constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": head_dim, "BLOCK_H": 16,
                           "BLOCK_K": paged_attention.BLOCK_K, "CHUNK": paged_attention.CHUNK,
-                          "DOT": paged_attention.NATIVE}  # fmt: skip
+                          "DOT": dot_modes.NATIVE}  # fmt: skip
             found.append((f"paged attention chunks {word} group {group} dim {head_dim}",
                           paged_attention._chunk_kernel, chunk, constexprs, 4))
             merge = {**ptrs("*fp32", "m_ptr", "l_ptr", "acc_ptr"), "out_ptr": word,
@@ -130,6 +138,12 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
         halves = {**ptrs(word, "x_ptr", "out_ptr"), "n": "i32", "width": "i32"}
         found.append((f"silu*mul halves {word}", layer_ops._silu_mul_halves_kernel, halves,
                       {"BLOCK": 1024}, 4))
+        matmul = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
+                  **ptrs("i32", "M", "N", "K", "stride_xm", "stride_wn", "stride_om")}
+        tiles = {"BLOCK_M": invariant_matmul.BLOCK_M, "BLOCK_N": invariant_matmul.BLOCK_N,
+                 "BLOCK_K": invariant_matmul.BLOCK_K, "DOT": dot_modes.NATIVE}
+        found.append((f"invariant matmul {word}", invariant_matmul._matmul_kernel, matmul,
+                      tiles, 4))
         plain_norm = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
                       **ptrs("i32", "stride_x", "stride_out", "n_cols"), "eps": "fp32"}
         found.append((f"rmsnorm {word}", fused_ops._rms_norm_kernel, plain_norm,

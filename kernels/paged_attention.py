@@ -21,31 +21,16 @@ IEEE fp32 products, so an fp32 model stays fp32.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from kernels.dot_modes import dot, dot_mode
+
 CHUNK = 64  # keys per split: fixed (the split is part of the numerics); 64 measured best of
 # 64/128/256 on the H200 (benchmarks/results/gpu_attention_chunks_2026-12-01.jsonl)
 BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
-# How the two products run (the DOT constexpr): bf16/fp16 on the tensor cores, fp32 in IEEE fp32;
-# under Triton's interpreter, whose bf16 dot is wrong, 16-bit operands are widened to fp32
-# first (their products are exact in fp32, as on the tensor cores).
-NATIVE, IEEE, WIDENED = 0, 1, 2
-
-
-@triton.jit
-def _dot(a, b, DOT: tl.constexpr):
-    if DOT == 0:
-        return tl.dot(a, b)
-    elif DOT == 1:
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-
 
 @triton.jit
 def _chunk_kernel(
@@ -91,13 +76,13 @@ def _chunk_kernel(
             kv_ok = valid[:, None] & d_ok[None, :]
             k = tl.load(k_ptr + kv_offset, mask=kv_ok, other=0.0)
             v = tl.load(v_ptr + kv_offset, mask=kv_ok, other=0.0)
-            scores = _dot(q, tl.trans(k), DOT)
+            scores = dot(q, tl.trans(k), DOT)
             scores = tl.where(valid[None, :], scores * scale, float("-inf"))
             m_new = tl.maximum(m, tl.max(scores, 1))
             p = tl.exp(scores - m_new[:, None])
             alpha = tl.exp(m - m_new)
             total = total * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT)
+            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT)
             m = m_new
         partial = (token * num_heads + heads) * num_chunks + chunk  # [BLOCK_H]
         tl.store(m_ptr + partial, m, mask=head_ok)
@@ -132,12 +117,6 @@ def _merge_kernel(
         out_ptr + token * stride_ot + head * stride_oh + d, out.to(out_ptr.dtype.element_ty),
         mask=d < HEAD_DIM,
     )  # fmt: skip
-
-
-def _dot_mode(dtype: torch.dtype) -> int:
-    if dtype == torch.float32:
-        return IEEE
-    return WIDENED if os.environ.get("TRITON_INTERPRET") == "1" else NATIVE
 
 
 def paged_attention(
@@ -179,7 +158,7 @@ def paged_attention(
         path.stride(0), num_heads, num_chunks, head_dim**-0.5,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_K=BLOCK_K,
         CHUNK=CHUNK,
-        DOT=_dot_mode(q.dtype),
+        DOT=dot_mode(q.dtype),
     )  # fmt: skip
     _merge_kernel[(num_tokens, num_heads)](
         m, total, acc, out, query_len, out.stride(0), out.stride(1), num_heads, num_chunks,

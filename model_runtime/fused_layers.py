@@ -12,9 +12,9 @@ layer's norm. Used when the model's projections are merged and the step's metada
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from model_runtime import invariant
 from model_runtime.paged import PagedMetadata
 
 
@@ -57,7 +57,7 @@ def fused_body(
     cos, sin = rotary
     for index, (layer, k_pool, v_pool) in enumerate(zip(layers, *kv_pools, strict=True)):
         attn = layer.self_attn
-        qkv = F.linear(normed, attn.qkv_weight)
+        qkv = invariant.linear(normed, attn.qkv_weight)
         q = layer_ops.rope_and_store(
             qkv, cos, sin, meta.write_slots, k_pool, v_pool, attn.num_heads
         )
@@ -69,7 +69,7 @@ def fused_body(
         post = layer.post_attention_layernorm
         normed, residual = layer_ops.add_rms_norm(attn_out, residual, post.weight, post.eps)
         mlp = layer.mlp
-        gate_up = F.linear(normed, mlp.gate_up_weight)
+        gate_up = invariant.linear(normed, mlp.gate_up_weight)
         mlp_out = mlp.down_proj(layer_ops.silu_mul_halves(gate_up))
         if index + 1 == len(layers):
             return residual + mlp_out

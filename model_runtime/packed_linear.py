@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kernels import few_row_linear
+from model_runtime import invariant
 
 # Row counts that take the packed weight: measured faster than torch's kernel on the default
 # model's shapes (2-core Xeon, torch 2.13 CPU wheel); outside it the packed path was slower.
@@ -44,7 +44,7 @@ class Linear(nn.Linear):
             if PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
                 out = self.few_row(x, self.packed)
                 return out if self.bias is None else out + self.bias
-        return F.linear(x, self.weight, self.bias)
+        return invariant.linear(x, self.weight, self.bias)
 
     def _in_row_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel computes each row alone (same bits for 1 row or 16), so blocks of 16

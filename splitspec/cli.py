@@ -153,8 +153,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--num-slots", type=int, default=32768)
     p.add_argument("--exact", action="store_true",
-                   help="target's batch-invariant numerics (CPU fp32): a token's logits have "
-                   "the same bits in a decode, a prefill or a verify (see the target's --exact)")
+                   help="target's batch-invariant numerics (CPU fp32; CUDA bf16/fp32): a "
+                   "token's logits have the same bits in a decode, a prefill or a verify (see "
+                   "the target's --exact)")
     p.add_argument("--http-port", type=int, default=0,
                    help="port of the router's OpenAI-compatible HTTP API and /metrics "
                    "(0: a free port, printed)")

@@ -30,7 +30,7 @@ class TargetConfig:
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
     attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto"
-    exact: bool = False  # CPU fp32: batch-invariant numerics (paged attention, few-row linears)
+    exact: bool = False  # batch-invariant numerics (paged attention; few-row or invariant linears)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
 
@@ -52,13 +52,12 @@ class TargetConfig:
             raise ValueError(
                 f"unknown attention {self.attention!r}; choose one of {ATTENTION_BACKENDS}"
             )
-        if self.exact and (self.device != "cpu" or self.dtype != "float32"):
-            raise ValueError(
-                "--exact is CPU fp32 for now (on CUDA it needs batch-invariant matmuls); "
-                f"got device {self.device}, dtype {self.dtype}"
-            )
-        if self.exact and (self.attention_backend != "paged" or not self.prepack_weights):
-            raise ValueError("--exact needs the paged attention and prepacked weights")
+        on_cpu = self.device == "cpu"
+        if self.exact and on_cpu and self.dtype != "float32":
+            raise ValueError(f"--exact on CPU is fp32 (the few-row kernel); got {self.dtype}")
+        unpacked = on_cpu and not self.prepack_weights
+        if self.exact and (self.attention_backend != "paged" or unpacked):
+            raise ValueError("--exact needs the paged attention (and on CPU prepacked weights)")
         if self.max_tree_tokens <= 0:
             raise ValueError("max_tree_tokens must be positive")
         for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):

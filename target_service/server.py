@@ -13,6 +13,7 @@ import torch
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
+from model_runtime.invariant import use_invariant_matmul
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from plumbing.once import CacheWriteError
@@ -102,10 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exact",
         action="store_true",
-        help="CPU fp32: batch-invariant numerics, so a token's logits have the same bits in a "
-        "decode, a prefill chunk or a tree verify and greedy speculation gives target-only's "
-        "output exactly (paged attention and the few-row kernel for every linear; slower "
-        "prefill, see the README)",
+        help="batch-invariant numerics, so a token's logits have the same bits in a decode, a "
+        "prefill chunk or a tree verify and greedy speculation gives target-only's output "
+        "exactly: paged attention, and every linear through the few-row kernel (CPU, fp32; "
+        "slower prefill, see the README) or the invariant Triton matmul (CUDA, bf16 or fp32; "
+        "not yet timed on a GPU)",
     )
     parser.add_argument(
         "--verify-graphs",
@@ -178,6 +180,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
         # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
         torch.backends.cuda.enable_cudnn_sdp(False)
+        use_invariant_matmul(config.exact)  # every linear through kernels/invariant_matmul.py
         if config.fused_kernels and not use_fused_kernels(True):
             log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
         elif config.fused_kernels and engine.paged:

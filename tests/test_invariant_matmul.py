@@ -1,0 +1,40 @@
+"""kernels/invariant_matmul.py: x @ weight.T against torch in fp64, and a row
+having the same bits alone and among 2-130 rows. On CPU under Triton's interpreter (CI), on CUDA
+compiled (where the invariance is the point: cuBLAS's rounding follows the row count)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.kernel_checks import DEVICE  # first: sets TRITON_INTERPRET on CPU
+
+kernel = pytest.importorskip("kernels.invariant_matmul", reason="triton is not installed")
+SHAPES = [(576, 192), (72, 100)]  # (K, N): a model-like width, and ragged tiles in both
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("inner,cols", SHAPES)
+@pytest.mark.parametrize("rows", [1, 3, 70])
+def test_matches_torch(dtype, inner: int, cols: int, rows: int) -> None:
+    gen = torch.Generator().manual_seed(rows + cols)
+    x = torch.randn(rows, inner, generator=gen).to(DEVICE, dtype)
+    w = torch.randn(cols, inner, generator=gen).to(DEVICE, dtype)
+    got = kernel.matmul(x, w)
+    want = x.double() @ w.double().T
+    assert got.dtype == dtype and got.shape == (rows, cols) and not got.isnan().any()
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), want, rtol=tolerance, atol=tolerance * inner**0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_has_the_same_bits_alone_and_among_others(dtype) -> None:
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(130, 576, generator=gen).to(DEVICE, dtype)
+    w = torch.randn(192, 576, generator=gen).to(DEVICE, dtype)
+    alone = [kernel.matmul(x[i : i + 1], w) for i in (0, 63, 64, 129)]
+    for rows in (2, 16, 65, 130):
+        out = kernel.matmul(x[:rows], w)
+        for i, row in zip((0, 63, 64, 129), alone, strict=True):
+            if i < rows:
+                assert torch.equal(out[i : i + 1], row), f"row {i} among {rows}"
