@@ -12,7 +12,8 @@ mkdir -p "$out"
 nvidia-smi -L
 timeout 280 python3 -m pytest -p no:cacheprovider -q tests/test_paged_attention.py \
   tests/test_layer_ops.py tests/test_fused_kernels.py tests/test_decode_graphs.py \
-  tests/test_tree_kernels.py tests/test_verify_graphs.py 2>&1 | tail -30 | tee "$out/gpu_tests.log"
+  tests/test_tree_kernels.py tests/test_verify_graphs.py tests/test_invariant_matmul.py \
+  tests/test_exact_gpu.py 2>&1 | tail -30 | tee "$out/gpu_tests.log"
 for shape in "smollm2-135m --context 256 --batches 1 8 32" "llama-8b --context 1024 --batches 1"; do
   timeout 200 python3 -m benchmarks.gpu_steps --shape $shape 2>&1 | tr '\r' '\n' \
     | grep '^{"shape"\|floor' | tee -a "$out/steps.jsonl"

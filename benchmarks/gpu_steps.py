@@ -17,6 +17,7 @@ import torch
 from model_runtime.config import ModelConfig
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import is_merged, merge_projections
+from model_runtime.invariant import use_invariant_matmul
 from model_runtime.llama import LlamaForCausalLM
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
@@ -157,6 +158,7 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
                 times = {"error": f"{type(err).__name__}: {err}"}
             rows.append({"batch": batch, **variant, **times})
             print(json.dumps({"shape": shape, **rows[-1]}), flush=True)
+    rows += exact_rows(model, shape, context, batches)
     del model
     torch.cuda.empty_cache()
     return {
@@ -167,6 +169,24 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
         "hbm_floor_ms": floor_ms,
         "steps": rows,
     }
+
+
+def exact_rows(model: LlamaForCausalLM, shape: str, context: int, batches: list[int]) -> list:
+    """The --exact numerics (paged, merged, the invariant matmul for every linear), replayed."""
+    rows = []
+    use_invariant_matmul(True)
+    try:
+        for batch in batches:
+            try:
+                times = step_times(model, context, batch, True, "paged")
+            except Exception as err:  # one broken variant must not lose the others' figures
+                times = {"error": f"{type(err).__name__}: {err}"}
+            rows.append({"batch": batch, "attention": "paged", "merged_layers": True,
+                         "graphs": True, "exact": True, **times})  # fmt: skip
+            print(json.dumps({"shape": shape, **rows[-1]}), flush=True)
+    finally:
+        use_invariant_matmul(False)
+    return rows
 
 
 def cudnn_pathology(shape: str = "smollm2-135m", context: int = 80) -> list[dict]:
