@@ -7,14 +7,17 @@ the data wheels: `python -m benchmarks.bench_gpu --write-prompts PROMPTS.json`).
 target-only tok/s through router + target processes (public gRPC) at batch 1, 8 and 32, with
 and without the target's CUDA graphs; HF eager and HF with a static cache and one CUDA graph per
 decode step, batch 1; speculation (EAGLE) against target-only with outputs compared, in fp32
-and bf16, the target's top-two logit gap at each first difference; in-process step times of
-the default model and of a Llama-3.1-8B shape against the HBM floor.
+and bf16, the target's top-two logit gap at each first difference; bf16 speculation on against
+off in mixed batches of 8 and 32 whose composition differs between the runs (`--exact` runs that
+target with batch-invariant numerics); in-process step times of the default model and of a
+Llama-3.1-8B shape against the HBM floor.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -28,11 +31,13 @@ from splitspec.launcher import LocalStack
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
 
 
-def stack(dtype: str, drafter: bool, graphs: bool = True, attention: str = "torch") -> LocalStack:
+def stack(
+    dtype: str, drafter: bool, graphs: bool = True, attention: str = "torch", exact: bool = False
+) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
-    target += [] if graphs else ["--no-cuda-graphs"]
+    target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
     drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
-    log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}")
+    log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
     log_dir.mkdir(parents=True, exist_ok=True)
     return LocalStack(target, [], log_dir=log_dir, draft_args=drafts)  # started by `with`
 
@@ -117,6 +122,32 @@ def speculation_phase(
     }
 
 
+def mixed_batches_phase(
+    prompts: list[list[int]], max_new: int, batches: list[int], attention: str, exact: bool
+) -> list[dict]:
+    """bf16, speculation on against off in batches of each size, the prompts in one shuffled
+    order for the first run and another for the second (so each prompt's batch-mates differ):
+    outputs compared prompt by prompt, no tie allowance (issue: exact in bf16)."""
+    rows = []
+    with stack("bfloat16", drafter=True, attention=attention, exact=exact) as s:
+        client = Client(s.router_address)
+        throughput(client, prompts[:2], 1, 16, True)
+        for batch in batches:
+            outputs = {}
+            for speculate, seed in ((True, 1), (False, 2)):
+                order = list(range(len(prompts)))
+                random.Random(seed + batch).shuffle(order)
+                shuffled = [prompts[i] for i in order]
+                row, out = throughput(client, shuffled, batch, max_new, speculate)
+                outputs[speculate] = {i: ids for i, ids in zip(order, out, strict=True)}
+                rows.append({"batch": batch, "speculate": speculate, **row})
+            equal = sum(outputs[True][i] == outputs[False][i] for i in range(len(prompts)))
+            rows[-1]["num_equal"], rows[-1]["num_prompts"] = equal, len(prompts)
+            print(f"mixed batches of {batch}: {equal} of {len(prompts)} outputs equal")
+        client.close()
+    return rows
+
+
 def steps_phase() -> list[dict]:
     import torch
 
@@ -151,6 +182,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                 args.attention)),
         ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
                                                 "bfloat16", gguf, args.attention)),
+        ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
+                                                      args.max_new_tokens, [8, 32],
+                                                      args.attention, args.exact)),
     ]  # fmt: skip
     for name, phase in phases:
         if args.only and name not in args.only:
@@ -191,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--num-bf16", type=int, default=20, help="prompts of the bf16 check")
     parser.add_argument("--attention", default="torch", help="target backend of the spec phases")
+    parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
+                        "runs --exact")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
     args = parser.parse_args(argv)
     if args.write_prompts:
