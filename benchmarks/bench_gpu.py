@@ -86,12 +86,33 @@ def target_only_phase(prompts: list[list[int]], max_new: int, batches: list[int]
             throughput(client, prompts[:2], 1, 16)  # warm-up
             for batch in batches if graphs else [1]:
                 count = batch if batch > 1 else (8 if graphs else 2)  # eager is slow: 2 prompts
+                before = step_timing(client)
                 row, _ = throughput(client, prompts[:count], batch, max_new)
+                row["step_timing_ms"] = step_timing(client, before)
                 rows.append({"attention": attention, "graphs": graphs, **row})
                 print(f"target-only {attention} graphs={graphs} batch {batch}: "
                       f"{row['tok_s']:.1f} tok/s")  # fmt: skip
             client.close()
     return rows
+
+
+def step_timing(client: Client, before: dict | None = None) -> dict:
+    """The router's mean target-only decode step and its parts (router/step_timing.py), over
+    the steps since ``before`` (totals when None)."""
+    from protos import generation_pb2 as pb
+
+    t = client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30).target_only_steps
+    totals = {"steps": t.steps, **{k: getattr(t, k) * t.steps for k in TIMING_FIELDS}}
+    if before is None:
+        return totals
+    steps = totals["steps"] - before["steps"]
+    means = {k: (totals[k] - before[k]) / max(steps, 1) for k in TIMING_FIELDS}
+    means["router_ms"] = means["step_ms"] - means["target_call_ms"]
+    means["target_rpc_ms"] = means["target_call_ms"] - means["target_compute_ms"]
+    return {"steps": steps, **means}
+
+
+TIMING_FIELDS = ("step_ms", "target_call_ms", "target_compute_ms")
 
 
 def speculation_phase(

@@ -27,6 +27,7 @@ from router.retraction import KVPressure
 from router.spec_switch import SpeculationSwitch
 from router.speculation import Speculation
 from router.stats import ServerCounters, speculation_stats
+from router.step_timing import StepClock, StepTimings
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 
@@ -67,6 +68,7 @@ class Scheduler:
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
         self.switch = SpeculationSwitch(config.adaptive_speculation)
+        self.timings = StepTimings()
         self._speculate_next = True  # the switch's choice for the coming step
 
     # ---- called by the servicer ---------------------------------------------------------
@@ -123,20 +125,22 @@ class Scheduler:
             await self.step()
 
     async def step(self) -> None:
-        started = time.perf_counter()
+        clock = StepClock()
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
-        trees = await self._propose(plan)
+        with clock.span("draft"):
+            trees = await self._propose(plan)
         plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
         forward_items = [self._forward_item(p) for p in plain]
         verify_items = self.spec.verify_items(verify)
         try:
-            forward_reply, verify_reply = await asyncio.gather(
-                self._maybe(self.target.forward, forward_items),
-                self._maybe(self.target.verify, verify_items),
-            )
+            with clock.span("target"):
+                forward_reply, verify_reply = await asyncio.gather(
+                    self._maybe(self.target.forward, forward_items),
+                    self._maybe(self.target.verify, verify_items),
+                )
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
@@ -146,19 +150,23 @@ class Scheduler:
         )
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
-        self._measure(plan, bool(trees), started, emitted)
+        clock.target_compute_ms = sum(r.forward_ms for r in (forward_reply, verify_reply) if r)
+        self._measure(plan, bool(trees), clock, emitted)
         await self._finish(done)
         self._speculate_next = self.switch.speculate_next(self._num_decoding())
         if not self._overloaded():
             await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
 
     def _measure(
-        self, plan: list[Planned], speculative: bool, started: float, emitted: int
+        self, plan: list[Planned], speculative: bool, clock: StepClock, emitted: int
     ) -> None:
-        """A decode-only step's committed tokens and wall time, for the speculation switch."""
+        """A decode-only step's committed tokens and times: the speculation switch's input,
+        and GetServerStatus's step timings."""
         if plan and not any(p.prefill for p in plan):
             tokens = sum(len(p.req.output_ids) for p in plan) - emitted
-            self.switch.record(len(plan), speculative, tokens, time.perf_counter() - started)
+            seconds = time.perf_counter() - clock.started
+            self.switch.record(len(plan), speculative, tokens, seconds)
+            self.timings.record(speculative, clock)
 
     def _num_decoding(self) -> int:
         return sum(not r.is_prefilling for r in self.running)

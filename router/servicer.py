@@ -83,6 +83,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             uptime_s=s.counters.uptime_s,
             speculation=s.counters.speculation(),
             speculation_switch=s.switch.status(),
+            target_only_steps=s.timings.status(speculative=False),
+            speculative_steps=s.timings.status(speculative=True),
             draft_replicas=[
                 pb.DraftReplicaStatus(
                     address=r.address,

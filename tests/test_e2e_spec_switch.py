@@ -1,7 +1,8 @@
 """--adaptive-speculation on a real stack: with a drafter that accepts nothing (a random EAGLE
 head on the tiny model) the router measures speculative rounds losing to target-only steps and
 switches speculation off at that batch size, probing it now and then; greedy outputs stay
-exactly target-only's. (router/spec_switch.py; its unit tests: tests/test_spec_switch.py.)
+exactly target-only's. The same stack's GetServerStatus shows where both kinds of step spent
+their time. (router/spec_switch.py; its unit tests: tests/test_spec_switch.py.)
 """
 
 from __future__ import annotations
@@ -39,3 +40,9 @@ def test_a_losing_drafter_is_switched_off_and_outputs_do_not_change(
     # It speculated at first and when probing, but most steps ran target-only.
     rounds = sum(s.final.speculation.verify_steps for s in spec)
     assert 0 < rounds < 3 * 120 / 2, rounds
+    # Where the steps' time went, both kinds of step having run (router/step_timing.py).
+    plain, speculative = status.target_only_steps, status.speculative_steps
+    assert plain.steps > 0 and speculative.steps > 0
+    for t in (plain, speculative):
+        assert t.step_ms >= t.target_call_ms >= t.target_compute_ms > 0
+    assert speculative.draft_call_ms > 0 and plain.draft_call_ms < speculative.draft_call_ms

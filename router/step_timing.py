@@ -1,0 +1,69 @@
+"""Where a decode step's time goes, as the router sees it (GetServerStatus.target_only_steps and
+.speculative_steps): the wall time of the whole step, of its awaits on the target's Forward or
+Verify and on the drafters' Propose, and the target's own measure of its work (forward_ms in its
+replies). What is left of the step is the router's (scheduling, commit, detokenize, streaming);
+what the target call took beyond the target's work is the RPC's (serialization, the hops).
+Decode-only steps are counted: a prefill chunk's cost says nothing of a round."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from protos import generation_pb2 as pb
+
+
+@dataclass
+class StepClock:
+    """One step's spans, in seconds, and the target's reported work in ms."""
+
+    started: float = field(default_factory=time.perf_counter)
+    spans: dict[str, float] = field(default_factory=dict)
+    target_compute_ms: float = 0.0
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans[name] = self.spans.get(name, 0.0) + time.perf_counter() - began
+
+
+@dataclass
+class _Totals:
+    steps: int = 0
+    step_s: float = 0.0
+    target_s: float = 0.0
+    target_compute_ms: float = 0.0
+    draft_s: float = 0.0
+
+    def add(self, clock: StepClock) -> None:
+        self.steps += 1
+        self.step_s += time.perf_counter() - clock.started
+        self.target_s += clock.spans.get("target", 0.0)
+        self.draft_s += clock.spans.get("draft", 0.0)
+        self.target_compute_ms += clock.target_compute_ms
+
+    def status(self) -> pb.StepTiming:
+        n = max(self.steps, 1)
+        return pb.StepTiming(
+            steps=self.steps,
+            step_ms=self.step_s / n * 1e3,
+            target_call_ms=self.target_s / n * 1e3,
+            target_compute_ms=self.target_compute_ms / n,
+            draft_call_ms=self.draft_s / n * 1e3,
+        )
+
+
+class StepTimings:
+    def __init__(self) -> None:
+        self._by_mode = {False: _Totals(), True: _Totals()}
+
+    def record(self, speculative: bool, clock: StepClock) -> None:
+        self._by_mode[speculative].add(clock)
+
+    def status(self, speculative: bool) -> pb.StepTiming:
+        return self._by_mode[speculative].status()
