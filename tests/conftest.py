@@ -127,8 +127,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The container test runs last: its images build in the background (niced, so they take
-    only CPU the other tests leave idle) and its stack starts after them, ready by then."""
+    """The container test runs last: its images build and its stack starts in the background
+    (niced, so they take only CPU the other tests leave idle) and are ready by then."""
     items.sort(key=lambda item: item.path.name == "test_compose.py")  # stable: order kept
 
 
