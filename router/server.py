@@ -161,10 +161,20 @@ def default_tokenizer_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+# A target that is still starting (a minute on a cold cache) refuses connections; at gRPC's
+# default reconnect backoff (x1.6 up to 120 s) the router noticed it up to ~20 s late.
+PROBE_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 async def wait_for_target(address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    async with aio_channel(address, tls, CHANNEL_OPTIONS) as channel:
+    async with aio_channel(address, tls, PROBE_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while loop.time() < deadline:
             try:

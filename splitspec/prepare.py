@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel", action="store_true", help="also build the few-row kernel")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    # Who does the work: "waiting for pid N" when another process (a second stack) holds the
+    # lock, "done in" from the one that built.
+    logging.getLogger("splitspec.cache").setLevel(logging.INFO)
     cache_dir = args.cache_dir or default_cache_dir()
     try:
         prepare(args.model, cache_dir, args.kernel)

@@ -14,6 +14,11 @@ import os
 # process has live channels may abort before exec (see test_e2e_launcher.py, xfail). Off, the
 # spawn path runs no gRPC fork handlers; the services themselves never fork.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Before torch loads OpenMP, for this process and every service it starts: idle OpenMP threads
+# sleep instead of spinning. Tests run several torch processes on two cores (target, drafts,
+# HF here), and spinning threads took the cores from the ones with work: on a busy 2-core box
+# test_e2e_batching + test_e2e_prefix_cache took 432 s spinning, 165 s passive.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from collections.abc import Callable, Iterator, Sequence  # noqa: E402
 
@@ -119,6 +124,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("greedy tie cases (allowed: HF top-2 gap < 1e-2)")
         for case in _TIE_CASES:
             terminalreporter.write_line(str(case))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The container test runs last: its images build and its stack starts in the background
+    (niced, so they take only CPU the other tests leave idle) and are ready by then."""
+    items.sort(key=lambda item: item.path.name == "test_compose.py")  # stable: order kept
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
