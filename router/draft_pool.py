@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -209,14 +208,12 @@ class DraftPool:
             replica.pending_releases.add(request_id)  # sent once it answers again
             return
         ids = sorted(replica.pending_releases | {request_id})
-        # The step waits for this: its own (short) measured deadline, and a miss suspects the
-        # replica like a missed Propose, so a replica that hangs costs one wait, not one a call.
+        # The step waits for this: a miss suspects the replica like a missed Propose, so a
+        # replica that hangs costs the step one wait, not one a call (Release, then Propose).
         health = replica.health
-        deadline = min(health.deadline_s("release"), health.deadline_s("propose"))
-        started = time.perf_counter()
+        deadline = max(0.05, health.deadline_s("propose"))
         try:
             await replica.stub.Release(draft_pb2.ReleaseRequest(request_ids=ids), timeout=deadline)
-            health.record("release", time.perf_counter() - started)
             replica.pending_releases.difference_update(ids)
         except grpc.aio.AioRpcError as err:
             replica.pending_releases.add(request_id)  # soft state: sent with a later release

@@ -2,8 +2,8 @@
 
 Deadlines follow the replica's measured call times: a bounded multiple of the recent p99
 (``multiple * p99``, clamped to ``[floor_s, cap_s]``), so a hung replica costs one step a little
-more than its usual round, not ``--draft-timeout``. Each kind of call (Propose, Ingest, Release)
-has its own window; an Ingest's is per token, counted over at least ``min_units`` tokens.
+more than its usual round, not ``--draft-timeout``. Each kind of call (Propose, Ingest) has its own
+window; an Ingest's is per token, counted over at least ``min_units`` tokens.
 
 The breaker's states:
 
