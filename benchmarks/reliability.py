@@ -149,6 +149,7 @@ class Suite:
             "sent": n, "admitted": codes["OK"], "refused": len(refused),
             "other_status": n - codes["OK"] - len(refused),
             "slowest_refusal_ms": max(refused, default=0) * 1e3,
+            "median_refusal_ms": median(refused) * 1e3 if refused else 0.0,
             "admitted_wrong": sum(t != reference[i % len(PROMPTS)][:16] for i, t in ok),
         }
 
@@ -276,7 +277,8 @@ def table(f: dict) -> str:
                             f"{t['ended_within_s']:.1f} s, serving again in "
                             f"{t['serving_again_after_s']:.1f} s)"),
         ("bad inputs tried", f"{h['tried']} hostile ({h['wrong_answers']} wrong answers), "
-                             f"burst {b['sent']} ({b['refused']} refused, slowest "
+                             f"burst {b['sent']} ({b['refused']} refused in "
+                             f"{b.get('median_refusal_ms', 0):.0f} ms median, slowest "
                              f"{b['slowest_refusal_ms']:.0f} ms), {a['requests']} aborts/cancels "
                              f"({a['unexpected']} unexpected endings)"),
         ("requests lost", str(lost)),

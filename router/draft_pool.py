@@ -208,14 +208,17 @@ class DraftPool:
             replica.pending_releases.add(request_id)  # sent once it answers again
             return
         ids = sorted(replica.pending_releases | {request_id})
+        # The step waits for this: a miss suspects the replica like a missed Propose, so a
+        # replica that hangs costs the step one wait, not one a call (Release, then Propose).
+        health = replica.health
+        deadline = max(0.05, health.deadline_s("propose"))
         try:
-            await replica.stub.Release(
-                draft_pb2.ReleaseRequest(request_ids=ids),
-                timeout=max(0.05, replica.health.deadline_s("propose")),
-            )
+            await replica.stub.Release(draft_pb2.ReleaseRequest(request_ids=ids), timeout=deadline)
             replica.pending_releases.difference_update(ids)
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as err:
             replica.pending_releases.add(request_id)  # soft state: sent with a later release
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and health.callable:
+                self.missed(replica, f"Release ({deadline * 1e3:.0f} ms)")
 
     async def close(self) -> None:
         await asyncio.gather(*(r.channel.close() for r in self.replicas), *self._closing)

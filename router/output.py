@@ -6,6 +6,7 @@ in order, so a stop inside an accepted block truncates it and nothing after it i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,3 +64,18 @@ class OutputStream:
     def _flush(self) -> str:
         """Held-back text at the end: an incomplete character or a partial stop string."""
         return self.stops.push(self.detokenizer.flush()).text + self.stops.flush()
+
+
+def coalesce(item: pb.GenerateResponse | Exception, outbox: asyncio.Queue) -> object:
+    """``item`` and the items queued behind it as one message. A stream whose writer fell
+    behind (the loop busy: a burst, many streams) then costs one write, not one a step; a
+    writer that keeps up sends each step's item as it comes."""
+    while isinstance(item, pb.GenerateResponse) and not item.finish_reason and not outbox.empty():
+        following = outbox.get_nowait()
+        if not isinstance(following, pb.GenerateResponse):
+            outbox.put_nowait(following)  # an error is the stream's last item: it stays last
+            return item
+        text = item.text + following.text
+        item.MergeFrom(following)  # token ids appended; the last item's finish fields
+        item.text = text
+    return item

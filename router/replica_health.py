@@ -2,7 +2,8 @@
 
 Deadlines follow the replica's measured call times: a bounded multiple of the recent p99
 (``multiple * p99``, clamped to ``[floor_s, cap_s]``), so a hung replica costs one step a little
-more than its usual round, not ``--draft-timeout``.
+more than its usual round, not ``--draft-timeout``. Each kind of call (Propose, Ingest) has its own
+window; an Ingest's is per token, counted over at least ``min_units`` tokens.
 
 The breaker's states:
 
@@ -34,6 +35,9 @@ class DeadlinePolicy:
     window: int = 64  # recent calls kept per kind
     horizon_s: float = 5.0  # of which the last seconds count
     min_samples: int = 8
+    # A call's fixed cost, in tokens: per-token times are taken over at least this many, so a
+    # short Ingest (mostly round trip) does not make a per-token p99 that long ones multiply.
+    min_units: int = 64
 
 
 class LatencyWindow:
@@ -79,13 +83,13 @@ class ReplicaHealth:
         p = self.policy
         if window is None or len(window.samples) < p.min_samples:
             return min(p.initial_s, p.cap_s)
-        return min(p.cap_s, max(p.floor_s, p.multiple * window.p99() * units))
+        return min(p.cap_s, max(p.floor_s, p.multiple * window.p99() * max(units, p.min_units)))
 
     def record(self, kind: str, seconds: float, units: int = 1) -> None:
         window = self._windows.setdefault(
             kind, LatencyWindow(self.policy.window, self.policy.horizon_s, self.policy.min_samples)
         )
-        window.add(seconds / max(1, units))
+        window.add(seconds / max(units, self.policy.min_units))
         self.failures = 0
         if self.state == CLOSED:
             self.ejections = 0

@@ -20,6 +20,7 @@ from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
+from router.intake import ArrivalGate
 from router.kv_manager import KVManager
 from router.output import Committed, OutputStream
 from router.request import Request
@@ -64,7 +65,8 @@ class Scheduler:
         self.in_flight: dict[str, Request] = {}
         self.outputs: dict[str, OutputStream] = {}
         self._wakeup = asyncio.Event()
-        self.before_step: list[Callable[[], Awaitable[None]]] = []  # e.g. router/target_watch
+        self.intake = ArrivalGate()  # a burst of calls is taken in before the next step
+        self.before_step: list[Callable[[], Awaitable[None]]] = [self.intake.settle]
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
         self.switch = SpeculationSwitch(config.adaptive_speculation)

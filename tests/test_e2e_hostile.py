@@ -2,8 +2,9 @@
 router with an API key and small admission limits).
 
 In order: reference outputs; >= 1,000 hypothesis-generated hostile requests, each refused with
-the right status and a message; a burst of 10x the queue capacity (the excess refused at once,
-every admitted request correct); 300 random cancellations, aborts and client deadlines; then
+the right status and a message; a burst of 10x the queue capacity (50 against a queue of 5)
+while a full batch streams: the excess refused within 50 ms each, timed from each request's own
+send, every admitted request correct; 300 random cancellations, aborts and client deadlines; then
 no process has died, the router's slots and the target's and replica's request tables are back
 to baseline, and valid requests still give their reference outputs.
 """
@@ -24,6 +25,7 @@ from protos import draft_pb2, draft_pb2_grpc, generation_pb2_grpc, target_pb2, t
 from protos import generation_pb2 as pb
 from splitspec.launcher import LocalStack
 from tests.helpers import hostile, overload
+from tests.helpers.load import SteadyLoad
 from tests.helpers.rpc import assert_slots_accounted
 from tests.helpers.spec_fixtures import FP64, ids_request, random_prompts
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
@@ -31,7 +33,7 @@ from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixtu
 pytestmark = pytest.mark.timeout(300)
 API_KEY = "hostile-test-key"
 KEY = [("authorization", f"Bearer {API_KEY}")]
-MAX_QUEUE, MAX_RUNNING = 2, 4
+MAX_QUEUE, MAX_RUNNING = 5, 4
 NEW_TOKENS = 16
 SEEN: Counter[str] = Counter()  # defects tried, by kind
 USED_IDS: set[str] = set()  # every request id sent, for the table checks at the end
@@ -119,20 +121,43 @@ def test_hostile_coverage() -> None:
 
 
 def test_burst_of_ten_times_the_queue(stack: LocalStack, references: list[list[int]]) -> None:
-    n = 10 * MAX_QUEUE
-    results = overload.burst(stack.router_address, [request(i, f"burst-{i}") for i in range(n)],
-                             KEY)
+    # The router busy first: a full running batch of long streams, its loop writing their
+    # items, while the burst comes in (the admitted part of it queues behind them).
+    busy = SteadyLoad(stack.router_address,
+                      [request(i, f"busy-{i}", max_new=120) for i in range(MAX_RUNNING)],
+                      MAX_RUNNING, metadata=KEY).start()
+    try:
+        wait_until_running(stack, MAX_RUNNING)
+        n = 10 * MAX_QUEUE
+        results = overload.burst(stack.router_address,
+                                 [request(i, f"burst-{i}") for i in range(n)], KEY)
+    finally:
+        streams = busy.stop()
+    assert all(s.done and not s.error for s in streams), [s.error for s in streams]
     codes = Counter(code for code, *_ in results)
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
     assert codes["OK"] >= MAX_QUEUE, codes  # at least a queue's worth got in
-    assert codes["RESOURCE_EXHAUSTED"] >= n - 3 * (MAX_QUEUE + MAX_RUNNING), codes
+    assert codes["RESOURCE_EXHAUSTED"] >= n - 2 * MAX_QUEUE, codes
+    # Each refusal as its client sees it, from its own send (tests/helpers/overload.py).
     refused = [(t, msg) for code, _, t, msg in results if code == "RESOURCE_EXHAUSTED"]
-    slowest = max(t for t, _ in refused)
-    assert slowest < 0.050, f"refusals took (ms) {sorted(round(t * 1e3) for t, _ in refused)}"
+    times = sorted(t for t, _ in refused)
+    print(f"burst {n}: {len(refused)} refused, p50 {times[len(times) // 2] * 1e3:.1f} ms, "
+          f"max {times[-1] * 1e3:.1f} ms")
+    assert times[-1] < 0.050, f"refusals took (ms) {[round(t * 1e3) for t in times]}"
     assert all(f"({MAX_QUEUE} waiting)" in msg for _, msg in refused), refused[0]
     for i, (code, tokens, _, _) in enumerate(results):
         if code == "OK":
             assert tokens == references[i % 10], f"admitted request {i} is wrong"
+
+
+def wait_until_running(stack: LocalStack, count: int, timeout_s: float = 60) -> None:
+    with grpc.insecure_channel(stack.router_address) as ch:
+        stub = generation_pb2_grpc.GenerationStub(ch)
+        deadline = time.monotonic() + timeout_s
+        while stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=10,
+                                   metadata=KEY).num_running < count:
+            assert time.monotonic() < deadline, f"fewer than {count} requests running"
+            time.sleep(0.05)
 
 
 # ---- an abort storm ---------------------------------------------------------------------------

@@ -105,3 +105,13 @@ def test_merged_updates_carry_every_token_and_hidden_row() -> None:
         merge_updates(new, old)
     with pytest.raises(ValueError, match="stack"):
         concat_rows(_rows([1, 2], 2), _rows([1, 2, 3], 3))
+
+
+def test_short_ingests_do_not_stretch_a_long_ones_deadline(clock: Clock) -> None:
+    # 20 ms an Ingest of 1-8 tokens is round-trip time, not 20 ms a token: a 80-token Ingest's
+    # deadline stays near a round's (the step waits for it), not 80 x 2 x 20 ms.
+    h = ReplicaHealth(DeadlinePolicy(multiple=2.0, floor_s=0.001, min_units=64))
+    for units in range(1, 9):
+        h.record("ingest", 0.020, units=units)
+    assert h.deadline_s("ingest", 8) == pytest.approx(0.040)
+    assert h.deadline_s("ingest", 80) == pytest.approx(0.050)
