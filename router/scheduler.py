@@ -20,6 +20,8 @@ from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
+from router.final_item import fill_final
+from router.forward_item import forward_item
 from router.intake import ArrivalGate
 from router.kv_manager import KVManager
 from router.output import Committed, OutputStream
@@ -27,7 +29,7 @@ from router.request import Request
 from router.retraction import KVPressure
 from router.spec_switch import SpeculationSwitch
 from router.speculation import Speculation
-from router.stats import ServerCounters, speculation_stats
+from router.stats import ServerCounters
 from router.step_timing import StepClock, StepTimings
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
@@ -210,27 +212,7 @@ class Scheduler:
         return plan
 
     def _forward_item(self, p: Planned) -> target_pb2.ForwardItem:
-        req = p.req
-        start = req.num_computed
-        self.kv.ensure_slots(req, start + p.num_tokens)
-        tokens = req.context_ids[start : start + p.num_tokens]
-        item = target_pb2.ForwardItem(
-            request_id=req.request_id,
-            token_ids=tokens,
-            start_pos=start,
-            new_slots=req.slots[req.num_sent_slots :],
-            sample=p.sample,
-        )
-        if req.num_sent_slots == 0:
-            o = req.options
-            item.sampling.CopyFrom(
-                target_pb2.SamplingConfig(
-                    temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
-                    presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
-                )
-            )
-        req.num_sent_slots = len(req.slots)
-        return item
+        return forward_item(self.kv, p.req, p.num_tokens, p.sample)
 
     def _commit_plain(self, plan: list[Planned], next_ids: list[int]) -> list[Request]:
         sampled = iter(next_ids)
@@ -273,27 +255,7 @@ class Scheduler:
         self, item: pb.GenerateResponse, req: Request, reason: pb.FinishReason, matched: str
     ) -> None:
         now = time.perf_counter()
-        item.finish_reason = reason
-        item.matched_stop = matched
-        item.usage.CopyFrom(
-            pb.Usage(
-                prompt_tokens=req.prompt_len,
-                completion_tokens=len(req.output_ids),
-                cached_tokens=req.prompt_cached_len,
-            )
-        )
-        started = req.first_scheduled or now
-        item.timings.CopyFrom(
-            pb.Timings(
-                queue_ms=(started - req.arrival) * 1e3,
-                time_to_first_token_ms=((req.first_token or now) - req.arrival) * 1e3,
-                total_ms=(now - req.arrival) * 1e3,
-            )
-        )
-        if req.verify_steps:
-            item.speculation.CopyFrom(
-                speculation_stats(req.verify_steps, req.draft_tokens, req.accepted_tokens)
-            )
+        fill_final(item, req, reason, matched, now)
         self.counters.record_finish(
             len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
         )

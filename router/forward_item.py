@@ -1,0 +1,33 @@
+"""A request's share of a target-only step as the target's ForwardItem."""
+
+from __future__ import annotations
+
+from protos import target_pb2
+from router.kv_manager import KVManager
+from router.request import Request
+
+
+def forward_item(
+    kv: KVManager, req: Request, num_tokens: int, sample: bool
+) -> target_pb2.ForwardItem:
+    """The next ``num_tokens`` context tokens, the slots the target has not seen yet, and on a
+    request's first step its sampling parameters (the target keeps them from then on)."""
+    start = req.num_computed
+    kv.ensure_slots(req, start + num_tokens)
+    item = target_pb2.ForwardItem(
+        request_id=req.request_id,
+        token_ids=req.context_ids[start : start + num_tokens],
+        start_pos=start,
+        new_slots=req.slots[req.num_sent_slots :],
+        sample=sample,
+    )
+    if req.num_sent_slots == 0:
+        o = req.options
+        item.sampling.CopyFrom(
+            target_pb2.SamplingConfig(
+                temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
+                presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
+            )
+        )
+    req.num_sent_slots = len(req.slots)
+    return item
