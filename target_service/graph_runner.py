@@ -16,7 +16,6 @@ context bucket K (powers of two from 256) and masked.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +25,7 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
+from target_service.cuda_graphs import bucket_for, capture_shapes
 
 log = logging.getLogger("splitspec.target")
 
@@ -39,10 +39,6 @@ def context_buckets(max_context: int) -> tuple[int, ...]:
     while buckets[-1] < max_context:
         buckets.append(buckets[-1] * 2)
     return tuple(buckets)
-
-
-def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
-    return next((b for b in buckets if b >= size), None)
 
 
 @dataclass
@@ -148,27 +144,14 @@ class DecodeGraphRunner:
         """Captures every bucket, largest first (so smaller graphs reuse its pool memory)."""
         if not self.use_graphs:
             return
-        started = time.monotonic()
-        free_before = torch.cuda.mem_get_info(self.device)[0]
-        pool = torch.cuda.graph_pool_handle()
         shapes = [
             (b, k, greedy)
             for b in reversed(self.batch_buckets)
             for k in reversed(self.context_buckets)
             for greedy in (True, False)
         ]
-        with torch.inference_mode():
-            for shape in progress(shapes, "capturing decode graphs"):
-                self.graphs[shape] = self._capture(*shape, pool)
-        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
-        log.info(
-            "captured %d decode graphs in %.1f s (%.0f MiB): batch %s x context %s",
-            len(self.graphs),
-            time.monotonic() - started,
-            used,
-            self.batch_buckets,
-            self.context_buckets,
-        )
+        self.graphs = capture_shapes(shapes, "decode", self.device, self._body)
+        log.info("decode graphs: batch %s x context %s", self.batch_buckets, self.context_buckets)
 
     def run(self, step: DecodeInputs) -> torch.Tensor:
         """Next token ids [R] on the device (the caller makes the one host copy)."""
@@ -282,22 +265,3 @@ class DecodeGraphRunner:
         buf.temperature[rows].zero_()
         buf.top_p[rows].fill_(1.0)
         buf.top_k[rows].zero_()
-
-    def _capture(self, batch: int, keys: int, greedy: bool, pool) -> torch.cuda.CUDAGraph:
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            self._body(batch, keys, greedy)  # warm-up: lazy inits happen outside capture
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            self._body(batch, keys, greedy)
-        return graph
-
-
-def progress(items: list, description: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is a dependency; stay quiet rather than fail without it
-        return items
-    return tqdm(items, desc=description, unit="graph", leave=False)

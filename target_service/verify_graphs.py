@@ -15,7 +15,6 @@ frequency penalties take this path; the engine runs everything else through run_
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +23,7 @@ from kernels import tree_ops
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
-from target_service.graph_runner import bucket_for, progress
+from target_service.cuda_graphs import bucket_for, capture_shapes
 from target_service.verify import TreeBatch, VerifyOutput
 
 log = logging.getLogger("splitspec.target")
@@ -92,20 +91,10 @@ class VerifyGraphRunner:
         """Captures every (batch, tree) bucket, largest first, into one memory pool."""
         if not self.use_graphs:
             return
-        started = time.monotonic()
-        free_before = torch.cuda.mem_get_info(self.device)[0]
-        pool = torch.cuda.graph_pool_handle()
         shapes = [(b, n) for b in reversed(self.batch_buckets) for n in reversed(self.tree_buckets)]
-        self._pad_from(0, 0)
-        with torch.inference_mode():
-            for shape in progress(shapes, "capturing verify graphs"):
-                self.graphs[shape] = self._capture(*shape, pool)
-        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
-        log.info(
-            "captured %d verify graphs in %.1f s (%.0f MiB): batch %s x tree nodes %s",
-            len(self.graphs), time.monotonic() - started, used, self.batch_buckets,
-            self.tree_buckets,
-        )  # fmt: skip
+        self._pad_from(0, 0)  # captured with every row padding: they write the dummy slot only
+        self.graphs = capture_shapes(shapes, "verify", self.device, self._body)
+        log.info("verify graphs: batch %s x tree nodes %s", self.batch_buckets, self.tree_buckets)
 
     def run(self, trees: TreeBatch, want_hidden: bool) -> VerifyOutput:
         num_trees, num_nodes = trees.tokens.shape
@@ -169,14 +158,3 @@ class VerifyGraphRunner:
         buf.packed[:batch, nodes].copy_(accepted.num_accepted)
         buf.packed[:batch, nodes + 1].copy_(accepted.next_token)
         buf.hidden[:batch, :nodes].copy_(self.pools.hidden[node_slots])
-
-    def _capture(self, batch: int, nodes: int, pool) -> torch.cuda.CUDAGraph:
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            self._body(batch, nodes)  # warm-up: lazy inits and Triton compiles outside capture
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            self._body(batch, nodes)
-        return graph

@@ -8,8 +8,6 @@ one verify of the chain, and by one prefill chunk beside another request: equal 
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
@@ -18,8 +16,9 @@ from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import Linear, prepack_linears
 from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
-from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.engine import StepItem, TargetEngine
 from target_service.request_table import SamplingSpec
+from tests.helpers.exact_checks import assert_step_kinds_agree
 from tests.helpers.prompts import chat_ids
 
 UNAVAILABLE = few_row_linear.unavailable_reason()
@@ -84,40 +83,10 @@ def exact_engine_factory():
     return lambda: TargetEngine(config, model)
 
 
-def hidden_at(engine: TargetEngine, request_id: str, start: int, end: int) -> torch.Tensor:
-    return engine.read_hidden(request_id, start, end)
-
-
 def test_decode_verify_and_prefill_give_the_same_bits(exact_engine_factory) -> None:
     prompt = list(chat_ids([{"role": "user", "content": "Name three uses of copper."}]))
     other = list(chat_ids([{"role": "user", "content": "What is a prime number?"}]))
-    steps, n = 12, len(prompt)
-    slots = iter(random.Random(0).sample(range(NUM_SLOTS), NUM_SLOTS))  # a scattered layout
-
-    decoded = exact_engine_factory()
-    first = decoded.forward([StepItem("a", prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
-    tokens = first.next_token_ids
-    for i in range(steps + 1):  # the chain's bonus token too
-        item = StepItem("a", [tokens[-1]], n + i, [next(slots)])
-        tokens += decoded.forward([item]).next_token_ids
-    by_decode = hidden_at(decoded, "a", n, n + steps)
-
-    verified = exact_engine_factory()
-    verified.forward([StepItem("a", prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
-    chain = tokens[: steps + 1]  # the root (first sampled token) and `steps` drafts
-    (result,), _ = verified.verify(
-        [VerifyItem("a", n, chain, [-1, *range(steps)], [next(slots) for _ in chain], True)]
-    )
-    assert result.token_ids == tokens[1 : steps + 2], "the greedy chain was not all accepted"
-    assert result.hidden is not None
-    assert torch.equal(result.hidden[:steps], by_decode), "verify and decode round differently"
-
-    chunked = exact_engine_factory()
-    text = prompt + tokens[:steps]
-    both = [StepItem("b", other, 0, [next(slots) for _ in other], True, GREEDY),
-            StepItem("a", text, 0, [next(slots) for _ in text], True, GREEDY)]  # fmt: skip
-    assert chunked.forward(both).next_token_ids[1] == tokens[steps]
-    assert torch.equal(hidden_at(chunked, "a", n, n + steps), by_decode), "prefill differs"
+    assert_step_kinds_agree(exact_engine_factory, prompt, other, 12, NUM_SLOTS)
 
 
 def sampled_run(engine: TargetEngine, prompts: list[list[int]], steps: int) -> list[list[int]]:

@@ -6,7 +6,6 @@ its own test (tests/test_exact_cpu.py)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,10 @@ from model_runtime.fused import use_fused_kernels
 from model_runtime.invariant import use_invariant_matmul
 from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
-from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.request_table import SamplingSpec
+from tests.helpers.exact_checks import assert_step_kinds_agree
 from tests.helpers.spec_fixtures import load_copy
 from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fixture)
 
@@ -55,29 +55,4 @@ def exact_engine_factory(request, engine_model_dir: Path):
 
 
 def test_decode_verify_and_prefill_give_the_same_bits(exact_engine_factory) -> None:
-    n = len(PROMPT)
-    slots = iter(random.Random(0).sample(range(NUM_SLOTS), NUM_SLOTS))
-    decoded = exact_engine_factory()
-    prefill = StepItem("a", PROMPT, 0, [next(slots) for _ in PROMPT], True, GREEDY)
-    tokens = decoded.forward([prefill]).next_token_ids
-    for i in range(STEPS + 1):
-        step = StepItem("a", [tokens[-1]], n + i, [next(slots)])
-        tokens += decoded.forward([step]).next_token_ids
-    by_decode = decoded.read_hidden("a", n, n + STEPS)
-
-    verified = exact_engine_factory()
-    verified.forward([StepItem("a", PROMPT, 0, [next(slots) for _ in PROMPT], True, GREEDY)])
-    chain = tokens[: STEPS + 1]
-    (result,), _ = verified.verify(
-        [VerifyItem("a", n, chain, [-1, *range(STEPS)], [next(slots) for _ in chain], True)]
-    )
-    assert result.token_ids == tokens[1 : STEPS + 2], "the greedy chain was not all accepted"
-    assert result.hidden is not None
-    assert torch.equal(result.hidden[:STEPS], by_decode), "verify and decode round differently"
-
-    chunked = exact_engine_factory()
-    text = PROMPT + tokens[:STEPS]
-    both = [StepItem("b", OTHER, 0, [next(slots) for _ in OTHER], True, GREEDY),
-            StepItem("a", text, 0, [next(slots) for _ in text], True, GREEDY)]  # fmt: skip
-    assert chunked.forward(both).next_token_ids[1] == tokens[STEPS]
-    assert torch.equal(chunked.read_hidden("a", n, n + STEPS), by_decode), "prefill differs"
+    assert_step_kinds_agree(exact_engine_factory, PROMPT, OTHER, STEPS, NUM_SLOTS)

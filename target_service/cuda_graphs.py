@@ -1,0 +1,61 @@
+"""What the decode and verify graph runners share: buckets, capture into one memory pool with a
+progress bar, and the log line of what the capture cost."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+log = logging.getLogger("splitspec.target")
+
+
+def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
+    return next((b for b in buckets if b >= size), None)
+
+
+def capture_graph(device: torch.device, pool, body: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """One warm-up run on a side stream (lazy inits and Triton compiles stay out of the
+    capture), then the captured run."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        body()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        body()
+    return graph
+
+
+def capture_shapes(
+    shapes: Sequence[Hashable],
+    what: str,
+    device: torch.device,
+    body_for: Callable[..., None],
+) -> dict:
+    """A graph per shape (largest first, so the smaller ones reuse the pool's memory), with a
+    progress bar and one log line of the time and memory it took."""
+    started = time.monotonic()
+    free_before = torch.cuda.mem_get_info(device)[0]
+    pool = torch.cuda.graph_pool_handle()
+    graphs = {}
+    with torch.inference_mode():
+        for shape in progress(list(shapes), f"capturing {what} graphs"):
+            graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))
+    used = (free_before - torch.cuda.mem_get_info(device)[0]) / 2**20
+    log.info(
+        "captured %d %s graphs in %.1f s (%.0f MiB)", len(graphs), what,
+        time.monotonic() - started, used,
+    )  # fmt: skip
+    return graphs
+
+
+def progress(items: list, description: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is a dependency; stay quiet rather than fail without it
+        return items
+    return tqdm(items, desc=description, unit="graph", leave=False)
