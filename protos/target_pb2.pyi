@@ -40,10 +40,12 @@ class ForwardItem(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., start_pos: _Optional[int] = ..., new_slots: _Optional[_Iterable[int]] = ..., sample: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("items",)
+    __slots__ = ("items", "decode_steps")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[ForwardItem]
-    def __init__(self, items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ...) -> None: ...
+    decode_steps: int
+    def __init__(self, items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ..., decode_steps: _Optional[int] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
     __slots__ = ("next_token_ids", "forward_ms")
@@ -130,7 +132,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TargetInfo(_message.Message):
-    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics")
+    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics", "max_decode_steps")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +146,7 @@ class TargetInfo(_message.Message):
     MAX_TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DECODE_GRAPH_BATCHES_FIELD_NUMBER: _ClassVar[int]
     EXACT_NUMERICS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     architecture: str
     vocab_size: int
@@ -157,4 +160,5 @@ class TargetInfo(_message.Message):
     max_tree_tokens: int
     decode_graph_batches: _containers.RepeatedScalarFieldContainer[int]
     exact_numerics: bool
-    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ..., max_tree_tokens: _Optional[int] = ..., decode_graph_batches: _Optional[_Iterable[int]] = ..., exact_numerics: _Optional[bool] = ...) -> None: ...
+    max_decode_steps: int
+    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ..., max_tree_tokens: _Optional[int] = ..., decode_graph_batches: _Optional[_Iterable[int]] = ..., exact_numerics: _Optional[bool] = ..., max_decode_steps: _Optional[int] = ...) -> None: ...

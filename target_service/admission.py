@@ -44,10 +44,11 @@ class StepLimits:
     vocab_size: int
     max_position: int
     max_tree_tokens: int
+    max_decode_steps: int = 1
 
 
 def admit_step(
-    table: RequestTable, limits: StepLimits, items: list[StepItem]
+    table: RequestTable, limits: StepLimits, items: list[StepItem], decode_steps: int = 1
 ) -> list[RequestState]:
     """Validates every item, then opens new requests and appends every item's new slots."""
     _check_step_shape(limits, items)
@@ -55,7 +56,7 @@ def admit_step(
     for item, state in zip(items, found, strict=True):
         if state is None and item.sampling is None:
             raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
-        _check_item(table, limits, item, state)
+        _check_item(table, limits, item, state, decode_steps)
     states = [
         st if st is not None else table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
         for it, st in zip(items, found, strict=True)
@@ -76,15 +77,22 @@ def _check_step_shape(limits: StepLimits, items: list[StepItem]) -> None:
 
 
 def _check_item(
-    table: RequestTable, limits: StepLimits, item: StepItem, state: RequestState | None
+    table: RequestTable,
+    limits: StepLimits,
+    item: StepItem,
+    state: RequestState | None,
+    decode_steps: int,
 ) -> None:
     if not item.token_ids:
         raise InvalidStep(f"request {item.request_id!r}: no tokens to run")
     vocab = limits.vocab_size
     if any(not 0 <= t < vocab for t in item.token_ids):
         raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
+    if decode_steps > 1:
+        _check_multi_step(limits, item, state, decode_steps)
     table_len = (state.table_len if state else 0) + len(item.new_slots)
-    end = item.start_pos + len(item.token_ids)
+    # K decode steps run positions start_pos .. start_pos + K - 1 from one token.
+    end = item.start_pos + max(len(item.token_ids), decode_steps)
     if item.start_pos < 0 or end > table_len:
         raise InvalidStep(
             f"request {item.request_id!r}: positions [{item.start_pos}, {end}) not covered "
@@ -94,6 +102,28 @@ def _check_item(
         raise InvalidStep(f"request {item.request_id!r}: context {end} > {limits.max_context}")
     probe = state or RequestState(0, 0, item.sampling)  # type: ignore[arg-type]
     table.check_append(probe, item.new_slots)
+
+
+def _check_multi_step(
+    limits: StepLimits, item: StepItem, state: RequestState | None, decode_steps: int
+) -> None:
+    """K > 1 decode steps: one sampled token per item, no penalties (their counts are kept
+    from host lists, between steps), at most the advertised number of steps."""
+    if decode_steps > limits.max_decode_steps:
+        raise InvalidStep(
+            f"decode_steps {decode_steps} exceeds the target's max_decode_steps "
+            f"{limits.max_decode_steps}"
+        )
+    if len(item.token_ids) != 1 or not item.sample:
+        raise InvalidStep(
+            f"request {item.request_id!r}: decode_steps {decode_steps} needs one token with "
+            f"sample = true, got {len(item.token_ids)} tokens, sample = {item.sample}"
+        )
+    spec = state.sampling if state is not None else item.sampling
+    if spec is not None and (spec.presence_penalty or spec.frequency_penalty):
+        raise InvalidStep(
+            f"request {item.request_id!r}: presence/frequency penalties need decode_steps 1"
+        )
 
 
 def admit_trees(

@@ -33,6 +33,7 @@ class TargetConfig:
     exact: bool = False  # batch-invariant numerics (paged attention; few-row or invariant linears)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
+    max_decode_steps: int = 1  # most decode steps one Forward may run (multi_step.py)
 
     @property
     def attention_backend(self) -> str:
@@ -60,6 +61,8 @@ class TargetConfig:
             raise ValueError("--exact needs the paged attention (and on CPU prepacked weights)")
         if self.max_tree_tokens <= 0:
             raise ValueError("max_tree_tokens must be positive")
-        for name in ("num_slots", "max_requests", "max_batch_tokens", "max_context"):
+        for name in (
+            "num_slots", "max_requests", "max_batch_tokens", "max_context", "max_decode_steps"
+        ):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -11,12 +11,13 @@ from model_runtime import paged
 from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
-from model_runtime.sampling import SamplingTensors, sample
+from model_runtime.sampling import SamplingTensors, sample, sample_greedy_or_drawn
 from target_service import penalties
 from target_service.admission import StepItem, StepLimits, VerifyItem, admit_step, admit_trees
 from target_service.config import TargetConfig
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
+from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
 from target_service.tree_batch import pad_trees
 from target_service.verify import TreeBatch, VerifyOutput, run_verify
@@ -66,7 +67,7 @@ class TargetEngine:
         self.verify_graphs: VerifyGraphRunner | None = None
         self.limits = StepLimits(
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
-            model.config.max_position, config.max_tree_tokens,
+            model.config.max_position, config.max_tree_tokens, config.max_decode_steps,
         )  # fmt: skip
         self.paged = config.attention_backend == "paged"
         if self.paged and self.device.type == "cpu":
@@ -74,13 +75,18 @@ class TargetEngine:
 
     # ---- public API -------------------------------------------------------------------
 
-    def forward(self, items: list[StepItem]) -> StepResult:
+    def forward(self, items: list[StepItem], decode_steps: int = 1) -> StepResult:
+        """One step, or ``decode_steps`` > 1 decode steps back to back (multi_step.py): then
+        K ids per item, item-major."""
         started = time.perf_counter()
-        states = admit_step(self.table, self.limits, items)
+        states = admit_step(self.table, self.limits, items, decode_steps)
         batch = self._device_batch(items, states)
         with torch.inference_mode():
-            if self._fits_decode_graphs(items, batch):
-                next_ids = self._run_decode_graph(batch, states)
+            if decode_steps > 1:
+                next_ids = run_decode_steps(self, batch, states, decode_steps)
+            elif self._fits_decode_graphs(batch, states):
+                params = self.decode_sampling(states, batch.positions + 1)
+                next_ids = self._run_decode_graph(batch, params).tolist()  # the one sync
             else:
                 next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
         return StepResult(next_ids, (time.perf_counter() - started) * 1e3)
@@ -206,10 +212,7 @@ class TargetEngine:
         return list(flat.to(self.device, non_blocking=True).split(sizes))
 
     def _run(self, batch: DeviceBatch, sampled: list[RequestState]) -> list[int]:
-        write_slots = self.table.slots[batch.token_rows, batch.positions]
-        meta = self._metadata(batch, write_slots)
-        hidden = self.model(batch.input_ids, batch.positions, (self.pools.k, self.pools.v), meta)
-        self.pools.hidden.index_copy_(0, write_slots, hidden)
+        hidden = self._forward_tokens(batch)
         if not sampled:
             return []
         logits = penalties.penalize(self.model.logits(hidden[batch.sample_index]), sampled)
@@ -217,6 +220,27 @@ class TargetEngine:
         next_ids = sample(logits, params).tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
         return next_ids
+
+    def _forward_tokens(self, batch: DeviceBatch) -> torch.Tensor:
+        """The model over the batch's tokens; writes their KV and hidden rows; hidden out."""
+        write_slots = self.table.slots[batch.token_rows, batch.positions]
+        meta = self._metadata(batch, write_slots)
+        hidden = self.model(batch.input_ids, batch.positions, (self.pools.k, self.pools.v), meta)
+        self.pools.hidden.index_copy_(0, write_slots, hidden)
+        return hidden
+
+    def decode_on_device(
+        self, batch: DeviceBatch, states: list[RequestState], params: SamplingTensors | None
+    ) -> torch.Tensor:
+        """One decode step of requests without penalties (every item one token, sampled):
+        the graph replay where it fits, else eager; next ids [R] on the device, no host sync.
+        ``params``: ``decode_sampling`` at ``batch.positions + 1``."""
+        if self._fits_decode_graphs(batch, states):
+            return self._run_decode_graph(batch, params)
+        logits = self.model.logits(self._forward_tokens(batch)[batch.sample_index])
+        if params is None:
+            return logits.argmax(-1)
+        return sample_greedy_or_drawn(logits, params)  # = sample(): no greedy check on the host
 
     def _metadata(
         self, batch: DeviceBatch, write_slots: torch.Tensor
@@ -230,28 +254,37 @@ class TargetEngine:
         key_slots = slots[batch.rows, : batch.max_context]
         return build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
 
-    def _fits_decode_graphs(self, items: list[StepItem], batch: DeviceBatch) -> bool:
+    def _fits_decode_graphs(self, batch: DeviceBatch, states: list[RequestState]) -> bool:
+        # The graphs apply no penalties: a penalised request runs the eager step.
         return (
             self.graphs is not None
             and batch.max_new == 1
-            and all(it.sample for it in items)
-            and self.graphs.can_run(len(items), batch.max_context)
+            and batch.sample_index.shape[0] == len(states)  # every item sampled
+            and not any(penalties.has_penalty(s) for s in states)
+            and self.graphs.can_run(len(states), batch.max_context)
         )
 
-    def _run_decode_graph(self, batch: DeviceBatch, states: list[RequestState]) -> list[int]:
+    def _run_decode_graph(self, batch: DeviceBatch, params: SamplingTensors | None) -> torch.Tensor:
         assert self.graphs is not None
         slots = self.table.slots
-        greedy = all(s.sampling.temperature == 0 for s in states)
         step = DecodeInputs(
             input_ids=batch.input_ids,
             positions=batch.positions,
             write_slots=slots[batch.rows, batch.positions],
             table_rows=batch.rows,
             max_context=batch.max_context,
-            sampling=None if greedy else self._sampling_tensors(states, batch.positions + 1),
+            sampling=params,
             key_slots=None if self.paged else slots[batch.rows, : batch.max_context],
         )
-        return self.graphs.run(step).tolist()  # the step's one device->host sync
+        return self.graphs.run(step)
+
+    def decode_sampling(
+        self, states: list[RequestState], positions: torch.Tensor
+    ) -> SamplingTensors | None:
+        """A decode step's sampling tensors; None when every request is greedy."""
+        if all(s.sampling.temperature == 0 for s in states):
+            return None
+        return self._sampling_tensors(states, positions)
 
     def _sampling_tensors(
         self, states: list[RequestState], positions: torch.Tensor

@@ -117,6 +117,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "timed on a GPU, hence off by default",
     )
     parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=None,
+        help="most decode steps one Forward may run back to back (multi-step decoding, "
+        "advertised to the router; 1: off). Default: 8 on CUDA, where the router's and the "
+        "RPC's per-step work rivals a graph replay; 1 on CPU, where a step dwarfs it",
+    )
+    parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=(1, 2, 4, 8, 16, 32),
@@ -158,7 +166,14 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         max_tree_tokens=args.max_tree_tokens,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
         verify_graphs=args.verify_graphs,
+        max_decode_steps=(
+            default_decode_steps(args.device) if args.decode_steps is None else args.decode_steps
+        ),
     )
+
+
+def default_decode_steps(device: str) -> int:
+    return 8 if device.startswith("cuda") else 1
 
 
 def build_engine(config: TargetConfig) -> TargetEngine:
@@ -219,6 +234,7 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
         max_tree_tokens=cfg.max_tree_tokens,
         decode_graph_batches=engine.graphs.captured_batches() if engine.graphs else [],
         exact_numerics=cfg.exact,
+        max_decode_steps=cfg.max_decode_steps,
     )
 
 

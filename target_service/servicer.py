@@ -45,7 +45,8 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
 
     def Forward(self, request, context):  # noqa: N802 (gRPC naming)
         items = [item_from_pb(it) for it in request.items]
-        result = self._call(context, self.engine.forward, items)
+        steps = max(1, request.decode_steps)  # 0: a message from before multi-step decoding
+        result = self._call(context, self.engine.forward, items, steps)
         return target_pb2.ForwardResponse(
             next_token_ids=result.next_token_ids, forward_ms=result.forward_ms
         )
