@@ -33,6 +33,7 @@ class RouterConfig:
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
     kv_policy: str = "reserve"  # or "retract": admit on the prefill, retract under pressure
     adaptive_speculation: bool = False  # speculate only where measured faster (spec_switch.py)
+    decode_steps: int = 0  # most steps of a target-only decode Forward; 0: the target's max
 
     def __post_init__(self) -> None:
         for name in (
@@ -45,3 +46,5 @@ class RouterConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.decode_steps < 0:
+            raise ValueError("decode_steps must be 0 (the target's) or positive")

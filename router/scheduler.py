@@ -12,18 +12,18 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 
 from protos import generation_pb2 as pb
-from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.final_item import fill_final
-from router.forward_item import forward_item
 from router.intake import ArrivalGate
 from router.kv_manager import KVManager
+from router.multi_step import MultiStep, decode_item
 from router.output import Committed, OutputStream
 from router.request import Request
 from router.retraction import KVPressure
@@ -74,6 +74,7 @@ class Scheduler:
         self.switch = SpeculationSwitch(config.adaptive_speculation)
         self.timings = StepTimings()
         self._speculate_next = True  # the switch's choice for the coming step
+        self.multi_step = MultiStep(config.decode_steps)
 
     # ---- called by the servicer ---------------------------------------------------------
 
@@ -137,12 +138,13 @@ class Scheduler:
         plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
-        forward_items = [self._forward_item(p) for p in plain]
+        steps = self.multi_step.steps_for(self, plan, trees)  # K decode steps: router/multi_step.py
+        forward_items = [decode_item(self.kv, p, steps) for p in plain]
         verify_items = self.spec.verify_items(verify)
         try:
             with clock.span("target"):
                 forward_reply, verify_reply = await asyncio.gather(
-                    self._maybe(self.target.forward, forward_items),
+                    self._maybe(partial(self.target.forward, decode_steps=steps), forward_items),
                     self._maybe(self.target.verify, verify_items),
                 )
         except grpc.aio.AioRpcError as err:
@@ -150,7 +152,7 @@ class Scheduler:
             return
         telemetry.target_replies(forward_reply, verify_reply)
         done = self._commit_plain(
-            plain, list(forward_reply.next_token_ids) if forward_reply else []
+            plain, list(forward_reply.next_token_ids) if forward_reply else [], steps
         )
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
@@ -211,19 +213,19 @@ class Scheduler:
             p.req.first_scheduled = p.req.first_scheduled or now
         return plan
 
-    def _forward_item(self, p: Planned) -> target_pb2.ForwardItem:
-        return forward_item(self.kv, p.req, p.num_tokens, p.sample)
-
-    def _commit_plain(self, plan: list[Planned], next_ids: list[int]) -> list[Request]:
+    def _commit_plain(self, plan: list[Planned], next_ids: list[int], steps: int) -> list[Request]:
+        """``steps`` > 1: K ids per request, kept up to the first stop (router/multi_step.py)."""
         sampled = iter(next_ids)
         done: list[Request] = []
         for p in plan:
-            p.req.num_computed += p.num_tokens
+            # K steps computed K positions; finishing caches only those of kept tokens.
+            p.req.num_computed += p.num_tokens + steps - 1
             if not p.sample:
                 continue
-            # A target-only step leaves the drafter a token behind: it catches up afterwards.
+            # A target-only step leaves the drafter behind: it catches up afterwards.
             p.req.draft_synced = False
-            if self._emit(p.req, self.outputs[p.req.request_id].commit([next(sampled)])):
+            block = [next(sampled) for _ in range(steps)]
+            if self._emit(p.req, self.outputs[p.req.request_id].commit(block)):
                 done.append(p.req)
         return done
 

@@ -20,6 +20,7 @@ from router.discovery import DraftDiscovery, split_host_port
 from router.draft_pool import DraftPool
 from router.http_server import add_http_arguments, start_http
 from router.kv_manager import KVManager
+from router.multi_step import capped_steps
 from router.radix_cache import RadixCache
 from router.scheduler import Scheduler
 from router.servicer import GenerationServicer
@@ -110,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs short); retract: admit on its prompt and, when slots run short, retract running "
         "requests (requeued, recomputed later, output unchanged; see router/retraction.py)",
     )  # fmt: skip
+    parser.add_argument("--decode-steps", type=int, default=0,
+                        help="most decode steps of one target-only Forward (multi-step decoding, "
+                        "streamed in bursts): 0 (default) the target's --decode-steps; 1: off")
     secure.add_arguments(parser)
     admission.add_arguments(parser)
     add_http_arguments(parser)
@@ -140,6 +144,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         served_model_name=args.served_model_name,
         kv_policy=args.kv_policy,
         adaptive_speculation=args.adaptive_speculation,
+        decode_steps=args.decode_steps,
     )
 
 
@@ -222,6 +227,7 @@ async def serve(
         log.warning("--max-tree-tokens %d lowered to the target's max_tree_tokens %d",
                     config.max_tree_tokens, info.max_tree_tokens)
         config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
+    config = dataclasses.replace(config, decode_steps=capped_steps(config.decode_steps, info))
     drafts = config.draft_addresses or config.draft_dns
     lookahead = config.max_tree_tokens if drafts else 0
 

@@ -104,6 +104,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             ],
             draft_discovery=[d.status() for d in self.discoveries],
             num_retractions=s.counters.num_retractions,
+            decode_steps=s.multi_step.max_steps,
+            multi_step_forwards=s.multi_step.num_forwards,
         )
 
     def _build(self, request: pb.GenerateRequest) -> Request:

@@ -26,10 +26,13 @@ class TargetClient:
     async def info(self) -> target_pb2.TargetInfo:
         return await self.stub.GetInfo(target_pb2.GetInfoRequest(), timeout=self.timeout_s)
 
-    async def forward(self, items: list[target_pb2.ForwardItem]) -> target_pb2.ForwardResponse:
+    async def forward(
+        self, items: list[target_pb2.ForwardItem], decode_steps: int = 1
+    ) -> target_pb2.ForwardResponse:
         # Not retried: a Forward writes KV and advances per-request state on the target.
         return await self.stub.Forward(
-            target_pb2.ForwardRequest(items=items), timeout=self.timeout_s
+            target_pb2.ForwardRequest(items=items, decode_steps=decode_steps),
+            timeout=self.timeout_s,
         )
 
     async def verify(self, items: list[target_pb2.VerifyItem]) -> target_pb2.VerifyResponse:
