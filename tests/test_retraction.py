@@ -35,20 +35,34 @@ class SlotTarget:
     def __init__(self, num_slots: int) -> None:
         self.written: list[int | None] = [None] * num_slots
         self.tables: dict[str, list[int]] = {}
+        self.penalised: set[str] = set()
+        self.multi_step_forwards = 0
 
-    async def forward(self, items: list[target_pb2.ForwardItem]) -> target_pb2.ForwardResponse:
+    async def forward(
+        self, items: list[target_pb2.ForwardItem], decode_steps: int = 1
+    ) -> target_pb2.ForwardResponse:
+        """``decode_steps`` K > 1: K decode steps, each feeding its token to the next."""
         sampled = []
+        self.multi_step_forwards += decode_steps > 1
         for it in items:
             if it.request_id not in self.tables:
                 assert it.HasField("sampling"), "a new table came without its sampling config"
+                if it.sampling.presence_penalty:
+                    self.penalised.add(it.request_id)
             table = self.tables.setdefault(it.request_id, [])
             table += it.new_slots
-            end = it.start_pos + len(it.token_ids)
-            assert end <= len(table), f"{it.request_id}: positions to {end}, {len(table)} slots"
-            for pos, token in enumerate(it.token_ids, it.start_pos):
-                self.written[table[pos]] = token
-            if it.sample:
-                sampled.append(next_token([self.written[table[p]] for p in range(end)]))
+            if decode_steps > 1:
+                assert len(it.token_ids) == 1 and it.sample, "K steps need one decode token"
+                assert it.request_id not in self.penalised, "penalties need one step"
+            tokens = list(it.token_ids)
+            for _ in range(decode_steps):
+                end = it.start_pos + len(tokens)
+                assert end <= len(table), f"{it.request_id}: positions to {end}, {len(table)} slots"
+                for pos in range(it.start_pos, end):
+                    self.written[table[pos]] = tokens[pos - it.start_pos]
+                if it.sample:
+                    tokens.append(next_token([self.written[table[p]] for p in range(end)]))
+                    sampled.append(tokens[-1])
         await asyncio.sleep(0)  # let streams and submissions interleave, as over gRPC
         return target_pb2.ForwardResponse(next_token_ids=sampled)
 
@@ -76,8 +90,11 @@ async def collect(req: Request) -> list[int]:
             return tokens
 
 
-async def run_workload(num_slots: int, requests: list[Request]) -> tuple[Scheduler, list]:
-    config = RouterConfig(model_path=model_dir(), target_address="-", max_step_tokens=64)
+async def run_workload(
+    num_slots: int, requests: list[Request], decode_steps: int = 1
+) -> tuple[Scheduler, list]:
+    config = RouterConfig(model_path=model_dir(), target_address="-", max_step_tokens=64,
+                          decode_steps=decode_steps)  # fmt: skip
     target = SlotTarget(num_slots)
     kv = KVManager(RadixCache(SlotAllocator(num_slots)), config.reserve_block, retract=True)
     spec = Speculation(DraftPool([], 1.0), target, kv, default_on=False, max_tree_tokens=8,  # type: ignore[arg-type]
@@ -91,6 +108,7 @@ async def run_workload(num_slots: int, requests: list[Request]) -> tuple[Schedul
     finally:
         loop.cancel()
     assert not target.tables, "a finished request's table was left on the target"
+    assert (target.multi_step_forwards > 0) == (decode_steps > 1)
     return scheduler, outputs
 
 
@@ -107,13 +125,14 @@ def workload(seed: int, count: int, max_new: int, penalty_every: int = 0) -> lis
     return requests
 
 
+@pytest.mark.parametrize("decode_steps", [1, 4])  # 4: multi-step decoding (router/multi_step.py)
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("num_slots", [144, 200, 400])  # a request needs up to 137
 def test_retracted_requests_finish_with_their_output_and_give_every_slot_back(
-    seed: int, num_slots: int
+    seed: int, num_slots: int, decode_steps: int
 ) -> None:
     requests = workload(seed, count=10, max_new=60)
-    scheduler, outputs = asyncio.run(run_workload(num_slots, requests))
+    scheduler, outputs = asyncio.run(run_workload(num_slots, requests, decode_steps))
     for req, tokens in zip(requests, outputs, strict=True):
         assert tokens == expected(req.prompt_ids, 60), f"{req.request_id} changed"
     assert scheduler.counters.num_retractions > 0
@@ -123,9 +142,12 @@ def test_retracted_requests_finish_with_their_output_and_give_every_slot_back(
     assert kv.cache.num_locked_tokens == 0
 
 
-def test_requests_with_penalties_hold_their_reservation_and_are_never_retracted() -> None:
+@pytest.mark.parametrize("decode_steps", [1, 4])
+def test_requests_with_penalties_hold_their_reservation_and_are_never_retracted(
+    decode_steps: int,
+) -> None:
     requests = workload(7, count=10, max_new=60, penalty_every=3)
-    scheduler, outputs = asyncio.run(run_workload(200, requests))
+    scheduler, outputs = asyncio.run(run_workload(200, requests, decode_steps))
     for req, tokens in zip(requests, outputs, strict=True):
         assert tokens == expected(req.prompt_ids, 60), f"{req.request_id} changed"
     assert scheduler.counters.num_retractions > 0
