@@ -29,6 +29,7 @@ from splitspec.client import Client, build_request
 from splitspec.launcher import LocalStack
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
+TARGET_EXTRA: list[str] = []  # --decode-steps N, for every stack's target
 
 
 def stack(
@@ -36,6 +37,7 @@ def stack(
 ) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
+    target += TARGET_EXTRA
     drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -89,11 +91,18 @@ def target_only_phase(prompts: list[list[int]], max_new: int, batches: list[int]
                 before = step_timing(client)
                 row, _ = throughput(client, prompts[:count], batch, max_new)
                 row["step_timing_ms"] = step_timing(client, before)
+                row["decode_steps"] = server_status(client).decode_steps  # multi-step K
                 rows.append({"attention": attention, "graphs": graphs, **row})
                 print(f"target-only {attention} graphs={graphs} batch {batch}: "
                       f"{row['tok_s']:.1f} tok/s")  # fmt: skip
             client.close()
     return rows
+
+
+def server_status(client: Client):  # -> pb.ServerStatus
+    from protos import generation_pb2 as pb
+
+    return client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)
 
 
 def step_timing(client: Client, before: dict | None = None) -> dict:
@@ -249,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
                         "runs --exact")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
+    parser.add_argument("--decode-steps", type=int, default=None, help="the targets' "
+                        "--decode-steps (multi-step decoding; default theirs: 8 on CUDA)")
     args = parser.parse_args(argv)
+    if args.decode_steps is not None:
+        TARGET_EXTRA[:] = ["--decode-steps", str(args.decode_steps)]
     if args.write_prompts:
         write_prompts(args.write_prompts)
         return 0
