@@ -195,6 +195,12 @@ def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
 def _load_drafter(config: DraftConfig) -> Drafter:
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
+    if config.device.startswith("cuda"):
+        from model_runtime.cuda_setup import prefer_efficient_attention
+        from model_runtime.fused import use_fused_kernels
+
+        prefer_efficient_attention()
+        use_fused_kernels(True)  # RMSNorm, rotary and SiLU as one Triton kernel each
     return build_drafter(config)
 
 

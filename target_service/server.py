@@ -11,6 +11,7 @@ import grpc
 import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
+from model_runtime.cuda_setup import prefer_efficient_attention
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
 from model_runtime.invariant import use_invariant_matmul
@@ -177,9 +178,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
     backend = f"paged ({kernel})" if engine.paged else "torch"
     log.info("attention backend: %s%s", backend, "; exact numerics" if config.exact else "")
     if config.device.startswith("cuda"):
-        # cuDNN's attention builds a new plan for every new key length: in bf16 it was picked
-        # for every eager step and cost ~70 ms a step. The efficient kernel has no such cost.
-        torch.backends.cuda.enable_cudnn_sdp(False)
+        prefer_efficient_attention()
         use_invariant_matmul(config.exact)  # every linear through kernels/invariant_matmul.py
         if config.fused_kernels and not use_fused_kernels(True):
             log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
