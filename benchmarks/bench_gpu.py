@@ -36,8 +36,6 @@ def stack(
 ) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
-    if drafter and graphs and attention == "paged":
-        target.append("--verify-graphs")  # greedy verify steps in fixed shapes, replayed
     drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
     log_dir.mkdir(parents=True, exist_ok=True)

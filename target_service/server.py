@@ -108,14 +108,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "prefill chunk or a tree verify and greedy speculation gives target-only's output "
         "exactly: paged attention, and every linear through the few-row kernel (CPU, fp32; "
         "slower prefill, see the README) or the invariant Triton matmul (CUDA, bf16 or fp32; "
-        "not yet timed on a GPU)",
+        "decode steps 1.2x the default's on the default model, 1.67x on an 8B shape)",
     )
     parser.add_argument(
         "--verify-graphs",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="paged backend: greedy tree-verify steps in fixed shapes (batch 1-8 x 8-64 nodes), "
-        "replayed from CUDA graphs on CUDA; checked against the eager verify on CPU, not yet "
-        "timed on a GPU, hence off by default",
+        "replayed from CUDA graphs (default: on on CUDA, where a 16-node verify of the default "
+        "model takes 1.13x a decode step; off on CPU, where the fixed shapes only add padding)",
     )
     parser.add_argument(
         "--graph-batch-sizes",
@@ -158,7 +159,9 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         exact=args.exact,
         max_tree_tokens=args.max_tree_tokens,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
-        verify_graphs=args.verify_graphs,
+        verify_graphs=args.device.startswith("cuda")
+        if args.verify_graphs is None
+        else args.verify_graphs,
     )
 
 

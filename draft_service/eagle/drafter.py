@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter, TreeShape
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool, DraftPoolFull
+from draft_service.eagle.search_graphs import Proposals, SearchGraphRunner
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
 from draft_service.tree_types import DraftTree
 from model_runtime.attention import build_metadata
@@ -80,6 +81,7 @@ class EagleDrafter(Drafter):
             head.config.target, len(head.layers), num_slots, num_scratch, param.dtype, param.device
         )
         self._requests: dict[str, _Request] = {}
+        self.search_graphs: SearchGraphRunner | None = None
 
     # ---- Drafter interface ----------------------------------------------------------------
 
@@ -256,17 +258,29 @@ class EagleDrafter(Drafter):
             raise ContextMismatch(f"request {request_id!r}: no complete context held")
         return state
 
+    def attach_search_graphs(self, runner: SearchGraphRunner) -> None:
+        """Proposes that fit ``runner``'s buckets run its fixed-shape search from now on."""
+        self.search_graphs = runner
+
     def _draft(self, states: list[_Request]) -> list[DraftTree]:
         """Search, rerank and bring the trees to the host (the propose's one sync)."""
+        runner = self.search_graphs
+        if runner is not None and runner.can_run(len(states), max(len(s.slots) for s in states)):
+            features = [st.feature for st in states]
+            found = runner.run(features, [st.slot_row for st in states])  # type: ignore[misc]
+        else:
+            found = self._search(states)
+        return [
+            DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
+            for st, t, p, s in zip(states, found.tokens, found.parents, found.scores, strict=True)
+        ]
+
+    def _search(self, states: list[_Request]) -> Proposals:
         inputs = self._search_inputs(states)
         candidates = search_tree(self.head, self.pool.kv, inputs, self.shape)
         tokens, parents, scores = rerank(candidates, self.shape.num_draft_tokens - 1)
         token_lists, parent_lists = torch.stack([tokens, parents]).tolist()
-        score_lists = scores.clamp(0.0, 1.0).tolist()
-        return [
-            DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
-            for st, t, p, s in zip(states, token_lists, parent_lists, score_lists, strict=True)
-        ]
+        return Proposals(token_lists, parent_lists, scores.clamp(0.0, 1.0).tolist())
 
     def _search_inputs(self, states: list[_Request]) -> SearchInputs:
         width = (self.shape.num_steps - 1) * self.shape.topk

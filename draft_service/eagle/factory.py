@@ -10,6 +10,7 @@ import torch
 from draft_service.drafter import Drafter, TreeShape
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import load_head, random_head
+from draft_service.eagle.search_graphs import SearchGraphRunner
 from model_runtime.loading import default_model_path, resolve_checkpoint
 
 log = logging.getLogger("splitspec.draft")
@@ -27,6 +28,7 @@ def build_eagle_drafter(
     dtype: str,
     device: str,
     num_slots: int = DEFAULT_DRAFT_SLOTS,
+    cuda_graphs: bool = True,
 ) -> Drafter:
     """The head's embedding, final norm and LM head come from the target's own checkpoint."""
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
@@ -38,4 +40,20 @@ def build_eagle_drafter(
         head = random_head(checkpoint, seed=0, dtype=torch_dtype, device=device)
     else:
         head = load_head(head_dir, checkpoint, torch_dtype, device)
-    return EagleDrafter(head, shape, num_slots)
+    drafter = EagleDrafter(head, shape, num_slots)
+    if device.startswith("cuda") and cuda_graphs:
+        attach_search_graphs(drafter)
+    return drafter
+
+
+def attach_search_graphs(drafter: EagleDrafter) -> None:
+    """The tree search of proposes up to 32 requests replays CUDA graphs (search_graphs.py)."""
+    from model_runtime.fused import triton_available
+
+    if not triton_available():
+        log.warning("triton is not installed: the draft tree search runs eagerly")
+        return
+    max_context = drafter.head.config.target.max_position
+    runner = SearchGraphRunner(drafter.head, drafter.pool, drafter.shape, max_context)
+    runner.capture_all()
+    drafter.attach_search_graphs(runner)
