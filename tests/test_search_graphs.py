@@ -6,6 +6,8 @@ runs eagerly through the paged backend's C++ kernel (kernels/exact_attention.h).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -30,10 +32,16 @@ MAX_CONTEXT = 40
 
 
 @pytest.fixture(scope="module")
-def head() -> EagleHead:
+def cpu_head() -> EagleHead:
+    """The reference runs on the host; the drafter under test on DEVICE."""
     if DEVICE == "cpu":
         paged.load_cpu_kernel(default_cache_dir())
-    return tiny_head(seed=1, dtype=torch.float32).to(DEVICE)
+    return tiny_head(seed=1, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def head(cpu_head: EagleHead) -> EagleHead:
+    return copy.deepcopy(cpu_head).to(DEVICE)
 
 
 def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
@@ -50,28 +58,31 @@ def on_device(head: EagleHead, ctx):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_fixed_shape_search_equals_the_reference(head: EagleHead, shape: TreeShape) -> None:
+def test_fixed_shape_search_equals_the_reference(
+    head: EagleHead, cpu_head: EagleHead, shape: TreeShape
+) -> None:
     """Three requests padded into the bucket of 4, then one alone in the bucket of 1."""
     drafter = fixed_shape_drafter(head, shape, graphs=True)
-    contexts = {f"r{i}": on_device(head, make_context(n, i)) for i, n in enumerate(LENGTHS)}
+    contexts = {f"r{i}": make_context(n, i) for i, n in enumerate(LENGTHS)}
     for rid, ctx in contexts.items():
-        ingest(drafter, rid, ctx)
+        ingest(drafter, rid, on_device(head, ctx))
     together = drafter.propose(list(contexts))
     alone = drafter.propose(["r1"])[0]
     for rid, tree in zip(contexts, together, strict=True):
-        want = Reference(head, contexts[rid], shape).tree()
-        assert_same_tree(tree, want)
+        assert_same_tree(tree, Reference(cpu_head, contexts[rid], shape).tree())
     assert_same_tree(alone, together[1])
 
 
-def test_a_context_past_the_table_takes_the_eager_search(head: EagleHead) -> None:
+def test_a_context_past_the_table_takes_the_eager_search(
+    head: EagleHead, cpu_head: EagleHead
+) -> None:
     shape = SHAPES[0]
     drafter = fixed_shape_drafter(head, shape, graphs=True)
     runner = drafter.search_graphs
     assert runner is not None and not runner.can_run(1, MAX_CONTEXT + 5)
-    ctx = on_device(head, make_context(MAX_CONTEXT + 5, 3))
-    ingest(drafter, "long", ctx)
-    assert_same_tree(drafter.propose(["long"])[0], Reference(head, ctx, shape).tree())
+    ctx = make_context(MAX_CONTEXT + 5, 3)
+    ingest(drafter, "long", on_device(head, ctx))
+    assert_same_tree(drafter.propose(["long"])[0], Reference(cpu_head, ctx, shape).tree())
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")

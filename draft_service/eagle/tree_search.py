@@ -102,8 +102,9 @@ def _run_frontier(
     num_req, k = frontier.tokens.shape
     rows = torch.arange(k, device=frontier.tokens.device)
     columns = rows + (step - 1) * k
-    allowed_tree = frontier.ancestry.clone()
-    allowed_tree[:, rows, columns] = True  # each node sees itself
+    width = frontier.ancestry.shape[2]
+    itself = torch.arange(width, device=rows.device)[None, :] == columns[:, None]  # [k, S * k]
+    allowed_tree = frontier.ancestry | itself  # each node sees itself (no host value: capturable)
     write_slots = inputs.scratch_slots[:, columns].flatten()
     build = paged_tree_metadata if inputs.paged else tree_metadata
     meta = build(inputs, write_slots, allowed_tree)
