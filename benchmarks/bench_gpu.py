@@ -110,10 +110,13 @@ def step_timing(client: Client, before: dict | None = None, kind: str = "target_
     means = {k: (totals[k] - before[k]) / max(steps, 1) for k in TIMING_FIELDS}
     means["router_ms"] = means["step_ms"] - means["target_call_ms"] - means["draft_call_ms"]
     means["target_rpc_ms"] = means["target_call_ms"] - means["target_compute_ms"]
+    means["draft_rpc_ms"] = means["draft_call_ms"] - means["draft_compute_ms"]
     return {"steps": steps, **means}
 
 
-TIMING_FIELDS = ("step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms")
+TIMING_FIELDS = (
+    "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms",
+)  # fmt: skip
 
 
 def speculation_phase(
