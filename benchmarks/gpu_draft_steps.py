@@ -18,7 +18,7 @@ import torch
 from benchmarks.gpu_steps import model_config
 from draft_service.drafter import ContextChunk, TreeShape
 from draft_service.eagle.drafter import EagleDrafter
-from draft_service.eagle.factory import attach_search_graphs
+from draft_service.eagle.factory import attach_graphs
 from draft_service.eagle.head import EagleConfig, EagleHead
 from model_runtime.cuda_setup import prefer_efficient_attention
 from model_runtime.fused import use_fused_kernels
@@ -39,7 +39,7 @@ def random_head(dtype: torch.dtype) -> EagleHead:
 def round_times(head: EagleHead, batch: int, context: int, graphs: bool, rounds: int = 30):
     drafter = EagleDrafter(head, TreeShape(), num_slots=batch * (context + rounds * 8) + 64)
     if graphs:
-        attach_search_graphs(drafter)
+        attach_graphs(drafter)
     hidden = head.hidden_size
     rids = [f"r{i}" for i in range(batch)]
     rows = torch.randn(context, hidden, device="cuda", dtype=head.fc.weight.dtype)

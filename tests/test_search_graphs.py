@@ -1,6 +1,7 @@
-"""draft_service/eagle/search_graphs.py: the fixed-shape tree search (paged attention over a
-static context table, batches padded to a bucket) proposes the brute-force EAGLE-2 reference's
-trees, and on CUDA its graph replay gives the eager run's trees bit for bit. On CPU the search
+"""draft_service/eagle/search_graphs.py and append_graphs.py: the fixed-shape tree search and
+round append (paged attention over a static context table, batches padded to a bucket) give the
+brute-force EAGLE-2 reference's trees, and on CUDA their graph replay gives the eager run's
+trees bit for bit. On CPU the search
 runs eagerly through the paged backend's C++ kernel (kernels/exact_attention.h).
 """
 
@@ -11,7 +12,8 @@ import copy
 import pytest
 import torch
 
-from draft_service.drafter import TreeShape
+from draft_service.drafter import ContextChunk, TreeShape
+from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.search_graphs import SearchGraphRunner
@@ -46,10 +48,28 @@ def head(cpu_head: EagleHead) -> EagleHead:
 
 def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
     drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=4)
-    runner = SearchGraphRunner(head, drafter.pool, shape, MAX_CONTEXT, (1, 4), use_graphs=graphs)
-    runner.capture_all()
-    drafter.attach_search_graphs(runner)
+    search = SearchGraphRunner(head, drafter.pool, shape, MAX_CONTEXT, (1, 4), use_graphs=graphs)
+    append = AppendGraphRunner(head, drafter.pool, MAX_CONTEXT, 8, (1, 4), use_graphs=graphs)
+    search.capture_all()
+    append.capture_all()
+    drafter.attach_graphs(search, append)
     return drafter
+
+
+def rounds(drafter: EagleDrafter, contexts: dict, cut: int, steps: list[int]) -> list:
+    """Each context ingested up to ``cut`` pairs, then grown round by round: a propose for
+    all, then each request appends the next few tokens and rows (the fixed-shape append)."""
+    for rid, (tokens, hidden) in contexts.items():
+        ingest(drafter, rid, (tokens[: cut + 1], hidden[:cut]))
+    end = cut + 1
+    for step in steps:
+        drafter.propose(list(contexts))
+        drafter.append_many(
+            [ContextChunk(r, end, t[end : end + step], end - 1, h[end - 1 : end - 1 + step])
+             for r, (t, h) in contexts.items()]
+        )  # fmt: skip
+        end += step
+    return drafter.propose(list(contexts))
 
 
 def on_device(head: EagleHead, ctx):
@@ -85,6 +105,23 @@ def test_a_context_past_the_table_takes_the_eager_search(
     assert_same_tree(drafter.propose(["long"])[0], Reference(cpu_head, ctx, shape).tree())
 
 
+def test_round_appends_in_fixed_shapes_equal_the_reference(
+    head: EagleHead, cpu_head: EagleHead
+) -> None:
+    """Rounds of 1, 6 and 3 accepted pairs (padded to 8) leave the state a fresh ingest of the
+    whole context would: the next trees are the reference's."""
+    shape = SHAPES[0]
+    drafter = fixed_shape_drafter(head, shape, graphs=True)
+    contexts = {f"r{i}": make_context(24, 40 + i) for i in range(3)}
+    device_contexts = {r: on_device(head, c) for r, c in contexts.items()}
+    trees = rounds(drafter, device_contexts, cut=12, steps=[1, 6, 3])
+    assert drafter.num_tokens("r0") == 12 + 1 + 10
+    for rid, tree in zip(contexts, trees, strict=True):
+        tokens, hidden = contexts[rid]
+        want = Reference(cpu_head, (tokens[:23], hidden[:22]), shape).tree()
+        assert_same_tree(tree, want)
+
+
 @pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_graph_replay_is_bit_identical_to_the_eager_run(dtype: torch.dtype) -> None:
@@ -102,3 +139,10 @@ def test_graph_replay_is_bit_identical_to_the_eager_run(dtype: torch.dtype) -> N
         assert [t.token_ids for t in got] == [t.token_ids for t in want]
         assert [t.parent_indices for t in got] == [t.parent_indices for t in want]
         assert [t.scores for t in got] == [t.scores for t in want]
+    # Rounds: the append's replay too (each drafter its own copy of the same contexts).
+    grown = {f"g{i}": on_device(head, make_context(30, 50 + i)) for i in range(3)}
+    got = rounds(replayed, grown, cut=10, steps=[2, 5, 1])
+    want = rounds(eager, grown, cut=10, steps=[2, 5, 1])
+    assert [(t.token_ids, t.parent_indices, t.scores) for t in got] == [
+        (t.token_ids, t.parent_indices, t.scores) for t in want
+    ]

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from draft_service.drafter import Drafter, TreeShape
+from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import load_head, random_head
 from draft_service.eagle.search_graphs import SearchGraphRunner
@@ -42,18 +43,22 @@ def build_eagle_drafter(
         head = load_head(head_dir, checkpoint, torch_dtype, device)
     drafter = EagleDrafter(head, shape, num_slots)
     if device.startswith("cuda") and cuda_graphs:
-        attach_search_graphs(drafter)
+        attach_graphs(drafter)
     return drafter
 
 
-def attach_search_graphs(drafter: EagleDrafter) -> None:
-    """The tree search of proposes up to 32 requests replays CUDA graphs (search_graphs.py)."""
+def attach_graphs(drafter: EagleDrafter) -> None:
+    """The tree search and the round's append of up to 32 requests replay CUDA graphs
+    (search_graphs.py, append_graphs.py)."""
     from model_runtime.fused import triton_available
 
     if not triton_available():
-        log.warning("triton is not installed: the draft tree search runs eagerly")
+        log.warning("triton is not installed: the draft head runs eagerly")
         return
-    max_context = drafter.head.config.target.max_position
-    runner = SearchGraphRunner(drafter.head, drafter.pool, drafter.shape, max_context)
-    runner.capture_all()
-    drafter.attach_search_graphs(runner)
+    head, pool, shape = drafter.head, drafter.pool, drafter.shape
+    max_context = head.config.target.max_position
+    search = SearchGraphRunner(head, pool, shape, max_context)
+    append = AppendGraphRunner(head, pool, max_context, max(8, shape.num_steps + 1))
+    search.capture_all()
+    append.capture_all()
+    drafter.attach_graphs(search, append)
