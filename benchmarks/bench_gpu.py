@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import gpu_spec_phases
 from benchmarks.common import git_commit, run_concurrent, utc_now
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
 from splitspec.client import Client, build_request
@@ -38,6 +39,7 @@ def stack(
     attention: str = "torch",
     exact: bool = False,
     tree: tuple[int, int, int] | None = None,
+    router: list[str] | None = None,
 ) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
@@ -48,34 +50,12 @@ def stack(
     tree_name = "-".join(map(str, tree or ()))
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
     log_dir = log_dir.with_name(log_dir.name + (f"-tree{tree_name}" if tree else ""))
+    log_dir = log_dir.with_name(log_dir.name + ("-router" + "".join(router) if router else ""))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return LocalStack(target, [], log_dir=log_dir, draft_args=drafts)  # started by `with`
+    return LocalStack(target, router or [], log_dir=log_dir, draft_args=drafts)  # by `with`
 
 
 TREE_FLAGS = ("num-steps", "topk", "num-draft-tokens")
-# (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
-TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (7, 8, 48), (8, 8, 64)]
-
-
-def tree_shapes_phase(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
-    """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape, each against
-    target-only on the same stack and prompts (issue: trees sized for the device)."""
-    rows = []
-    for tree in TREE_SHAPES:
-        with stack("bfloat16", drafter=True, attention=attention, tree=tree) as s:
-            client = Client(s.router_address)
-            throughput(client, prompts[:2], 1, 16, True)
-            before = step_timing(client, kind="speculative")
-            spec, _ = throughput(client, prompts, 1, max_new, True)
-            timing = step_timing(client, before, "speculative")
-            plain, _ = throughput(client, prompts, 1, max_new, False)
-            client.close()
-        row = {"tree": tree, "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
-               "ratio": spec["tok_s"] / plain["tok_s"],
-               "tokens_per_step": spec["tokens"] / max(timing["steps"], 1), "round_ms": timing}
-        rows.append(row)  # fmt: skip
-        print(json.dumps(row), flush=True)
-    return rows
 
 
 def chat_ids(prompts: list[str]) -> list[list[int]]:
@@ -251,8 +231,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                 args.attention)),
         ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
                                                 "bfloat16", gguf, args.attention)),
-        ("tree_shapes", lambda: tree_shapes_phase(prompts[: args.num_bf16],
-                                                  args.max_new_tokens, args.attention)),
+        ("tree_shapes", lambda: gpu_spec_phases.tree_shapes(prompts[: args.num_bf16],
+                                                            args.max_new_tokens, args.attention)),
+        ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
+                                                          [4, 16, 64], args.attention)),
         ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
                                                       args.max_new_tokens, args.batches,
                                                       args.attention, args.exact)),
