@@ -8,9 +8,9 @@ target-only tok/s through router + target processes (public gRPC) at batch 1, 8 
 and without the target's CUDA graphs; HF eager and HF with a static cache and one CUDA graph per
 decode step, batch 1; speculation (EAGLE) against target-only with outputs compared, in fp32
 and bf16, the target's top-two logit gap at each first difference; bf16 speculation on against
-off in mixed batches of 8 and 32 whose composition differs between the runs (`--exact` runs that
-target with batch-invariant numerics); in-process step times of the default model and of a
-Llama-3.1-8B shape against the HBM floor.
+off in batches of each --batches size (1, 8, 32) whose composition differs between the runs
+(`--exact` runs that target with batch-invariant numerics); in-process step times of the
+default model and of a Llama-3.1-8B shape against the HBM floor.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import gpu_spec_phases
 from benchmarks.common import git_commit, run_concurrent, utc_now
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
 from splitspec.client import Client, build_request
@@ -33,15 +34,30 @@ TARGET_EXTRA: list[str] = []  # --decode-steps N, for every stack's target
 
 
 def stack(
-    dtype: str, drafter: bool, graphs: bool = True, attention: str = "torch", exact: bool = False
+    dtype: str,
+    drafter: bool,
+    graphs: bool = True,
+    attention: str = "torch",
+    exact: bool = False,
+    tree: tuple[int, int, int] | None = None,
+    router: list[str] | None = None,
 ) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
     target += TARGET_EXTRA
-    drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]] if drafter else []
+    draft = ["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]
+    if tree is not None:
+        draft += [f"--{k}={v}" for k, v in zip(TREE_FLAGS, tree, strict=True)]
+    drafts = [draft] if drafter else []
+    tree_name = "-".join(map(str, tree or ()))
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
+    log_dir = log_dir.with_name(log_dir.name + (f"-tree{tree_name}" if tree else ""))
+    log_dir = log_dir.with_name(log_dir.name + ("-router" + "".join(router) if router else ""))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return LocalStack(target, [], log_dir=log_dir, draft_args=drafts)  # started by `with`
+    return LocalStack(target, router or [], log_dir=log_dir, draft_args=drafts)  # by `with`
+
+
+TREE_FLAGS = ("num-steps", "topk", "num-draft-tokens")
 
 
 def chat_ids(prompts: list[str]) -> list[list[int]]:
@@ -105,23 +121,27 @@ def server_status(client: Client):  # -> pb.ServerStatus
     return client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)
 
 
-def step_timing(client: Client, before: dict | None = None) -> dict:
-    """The router's mean target-only decode step and its parts (router/step_timing.py), over
-    the steps since ``before`` (totals when None)."""
+def step_timing(client: Client, before: dict | None = None, kind: str = "target_only") -> dict:
+    """The router's mean decode step of one kind (``target_only`` or ``speculative``) and its
+    parts (router/step_timing.py), over the steps since ``before`` (totals when None)."""
     from protos import generation_pb2 as pb
 
-    t = client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30).target_only_steps
+    status = client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)
+    t = getattr(status, f"{kind}_steps")
     totals = {"steps": t.steps, **{k: getattr(t, k) * t.steps for k in TIMING_FIELDS}}
     if before is None:
         return totals
     steps = totals["steps"] - before["steps"]
     means = {k: (totals[k] - before[k]) / max(steps, 1) for k in TIMING_FIELDS}
-    means["router_ms"] = means["step_ms"] - means["target_call_ms"]
+    means["router_ms"] = means["step_ms"] - means["target_call_ms"] - means["draft_call_ms"]
     means["target_rpc_ms"] = means["target_call_ms"] - means["target_compute_ms"]
+    means["draft_rpc_ms"] = means["draft_call_ms"] - means["draft_compute_ms"]
     return {"steps": steps, **means}
 
 
-TIMING_FIELDS = ("step_ms", "target_call_ms", "target_compute_ms")
+TIMING_FIELDS = (
+    "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms",
+)  # fmt: skip
 
 
 def speculation_phase(
@@ -130,8 +150,12 @@ def speculation_phase(
     with stack(dtype, drafter=True, attention=attention) as s:
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, True)
+        before = step_timing(client, kind="speculative")
         spec, spec_out = throughput(client, prompts, 1, max_new, True)
+        spec["round_ms"] = step_timing(client, before, "speculative")
+        before = step_timing(client)
         plain, plain_out = throughput(client, prompts, 1, max_new, False)
+        plain["step_timing_ms"] = step_timing(client, before)
         client.close()
     differences = []
     for i, (a, b) in enumerate(zip(spec_out, plain_out, strict=True)):
@@ -168,9 +192,13 @@ def mixed_batches_phase(
                 order = list(range(len(prompts)))
                 random.Random(seed + batch).shuffle(order)
                 shuffled = [prompts[i] for i in order]
+                kind = "speculative" if speculate else "target_only"
+                before = step_timing(client, kind=kind)
                 row, out = throughput(client, shuffled, batch, max_new, speculate)
+                row["step_timing_ms"] = step_timing(client, before, kind)
                 outputs[speculate] = {i: ids for i, ids in zip(order, out, strict=True)}
                 rows.append({"batch": batch, "speculate": speculate, **row})
+                print(json.dumps(rows[-1]), flush=True)  # kept in the log if a later batch fails
             equal = sum(outputs[True][i] == outputs[False][i] for i in range(len(prompts)))
             rows[-1]["num_equal"], rows[-1]["num_prompts"] = equal, len(prompts)
             print(f"mixed batches of {batch}: {equal} of {len(prompts)} outputs equal")
@@ -212,8 +240,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                 args.attention)),
         ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
                                                 "bfloat16", gguf, args.attention)),
+        ("tree_shapes", lambda: gpu_spec_phases.tree_shapes(prompts[: args.num_bf16],
+                                                            args.max_new_tokens, args.attention)),
+        ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
+                                                          [4, 16, 64], args.attention)),
         ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
-                                                      args.max_new_tokens, [8, 32],
+                                                      args.max_new_tokens, args.batches,
                                                       args.attention, args.exact)),
     ]  # fmt: skip
     for name, phase in phases:

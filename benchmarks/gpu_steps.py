@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +111,8 @@ def step_times(
     steps: int = 30,
 ) -> dict[str, float]:
     """Median wall ms of a decode step (engine.forward, host work included) and of a 16-node
-    chain verify, for ``batch`` requests of ``context`` tokens each."""
+    chain verify, for ``batch`` requests of ``context`` tokens each, and the device ms of
+    their graphs' replays where they replay one."""
     torch.backends.cuda.enable_cudnn_sdp(False)
     engine = _engine(model, graphs, (batch,), attention)
     slot = iter(range(40000))
@@ -119,10 +122,51 @@ def step_times(
             engine.forward([StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, GREEDY)])
     lengths = [context] * batch
     decode_ms = []
-    for _ in range(steps):
-        items = [StepItem(f"r{i}", [5], lengths[i], [next(slot)]) for i in range(batch)]
-        decode_ms.append(engine.forward(items).forward_ms)
-        lengths = [n + 1 for n in lengths]
+    with replays_timed() as decode_replays:
+        for _ in range(steps):
+            items = [StepItem(f"r{i}", [5], lengths[i], [next(slot)]) for i in range(batch)]
+            decode_ms.append(engine.forward(items).forward_ms)
+            lengths = [n + 1 for n in lengths]
+    with replays_timed() as verify_replays:
+        verify_ms = _verify_times(engine, slot, lengths, batch, steps)
+    return {
+        "decode_ms": statistics.median(decode_ms[5:]),
+        "verify16_ms": statistics.median(verify_ms[5:]),
+        **_replay_medians(decode=decode_replays, verify16=verify_replays),
+    }
+
+
+@contextmanager
+def replays_timed() -> Iterator[list]:
+    """Device time of every CUDA-graph replay inside the block (events around each replay),
+    so a step's graph is timed without the host's part of the step."""
+    pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    replay = torch.cuda.CUDAGraph.replay
+
+    def timed(graph: torch.cuda.CUDAGraph) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        replay(graph)
+        end.record()
+        pairs.append((start, end))
+
+    torch.cuda.CUDAGraph.replay = timed  # type: ignore[method-assign]
+    try:
+        yield pairs
+    finally:
+        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
+        torch.cuda.synchronize()
+
+
+def _replay_medians(**replays: list) -> dict[str, float]:
+    out = {}
+    for name, pairs in replays.items():
+        if len(pairs) > 5:  # the step replayed a graph (eager variants have none)
+            out[f"{name}_replay_ms"] = statistics.median(s.elapsed_time(e) for s, e in pairs[5:])
+    return out
+
+
+def _verify_times(engine: TargetEngine, slot, lengths: list[int], batch: int, steps: int):
     verify_ms = []
     for step in range(steps):
         # The first verify reserves each tree's slots; the rest re-use them, as the router's
@@ -135,10 +179,7 @@ def step_times(
             for i in range(batch)
         ]  # fmt: skip
         verify_ms.append(engine.verify(items)[1])
-    return {
-        "decode_ms": statistics.median(decode_ms[5:]),
-        "verify16_ms": statistics.median(verify_ms[5:]),
-    }
+    return verify_ms
 
 
 def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int]) -> dict:

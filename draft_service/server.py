@@ -51,6 +51,7 @@ class DraftConfig:
     record_dir: Path | None = None  # recording: where per-request records are written
     max_workers: int = 8
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    cuda_graphs: bool = True  # eagle on CUDA: the tree search replays CUDA graphs
 
     def __post_init__(self) -> None:
         if self.num_threads < 0:
@@ -111,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="eagle on CUDA: the tree search of proposes of up to 32 requests replays CUDA "
+        "graphs captured at start-up (--no-cuda-graphs runs it eagerly)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -139,6 +147,7 @@ def config_from_args(args: argparse.Namespace) -> DraftConfig:
         script=args.script,
         record_dir=args.record_dir,
         num_threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
     )
 
 
@@ -167,6 +176,7 @@ def _build_eagle(config: DraftConfig) -> Drafter:
         config.shape,
         config.dtype,
         config.device,
+        cuda_graphs=config.cuda_graphs,
     )
 
 
@@ -195,6 +205,12 @@ def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
 def _load_drafter(config: DraftConfig) -> Drafter:
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
+    if config.device.startswith("cuda"):
+        from model_runtime.cuda_setup import prefer_efficient_attention
+        from model_runtime.fused import use_fused_kernels
+
+        prefer_efficient_attention()
+        use_fused_kernels(True)  # RMSNorm, rotary and SiLU as one Triton kernel each
     return build_drafter(config)
 
 

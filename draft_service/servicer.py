@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -245,11 +246,13 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         return _guard(context, lambda: self.compute.run(self._propose, request))
 
     def _propose(self, request: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
+        started = time.perf_counter()
         items = [RoundItem(chunk_from_pb(it.update), it.round) for it in request.items]
         trees = self.engine.propose(items)
         pairs = zip(items, trees, strict=True)
         return draft_pb2.ProposeResponse(
-            trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs]
+            trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs],
+            compute_ms=(time.perf_counter() - started) * 1e3,
         )
 
     def Ingest(self, request_iterator, context):  # noqa: N802

@@ -145,6 +145,7 @@ def paged_attention(
     out = torch.empty_like(q) if out is None else out
     if num_tokens == 0:
         return out
+    _check_layout(table, query_row, query_len, prefix_len, path)
     bound = max_keys if max_keys is not None else table.shape[1] + path.shape[1]
     num_chunks = triton.cdiv(bound, CHUNK)
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 and powers of two
@@ -165,3 +166,10 @@ def paged_attention(
         HEAD_DIM=head_dim, BLOCK_D=block_d, CHUNK=CHUNK,
     )  # fmt: skip
     return out
+
+
+def _check_layout(table: Tensor, *per_token: Tensor) -> None:
+    """The kernel indexes table rows and the per-token tensors with unit strides: a view that
+    is not laid out so (a flattened expand has stride 0) would be read past its end."""
+    if table.stride(-1) != 1 or not all(t.is_contiguous() for t in per_token):
+        raise ValueError("paged attention: table rows and per-token tensors must be contiguous")

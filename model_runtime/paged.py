@@ -66,7 +66,9 @@ def for_trees(
     start = start_pos[:, None].expand(num_req, num_nodes)
 
     def keep(t: Tensor) -> Tensor:
-        return t if real is None else t[real]
+        # Contiguous: the kernels index these by token, and a flattened expand of one request's
+        # row or start is a stride-0 view (it read past its one element on the GPU).
+        return t.contiguous() if real is None else t[real]
 
     return PagedMetadata(
         write_slots=keep(node_slots.flatten()),

@@ -157,6 +157,7 @@ class Scheduler:
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
         clock.target_compute_ms = sum(r.forward_ms for r in (forward_reply, verify_reply) if r)
+        clock.draft_compute_ms = self.spec.last_draft_compute_ms if trees else 0.0
         self._measure(plan, bool(trees), clock, emitted)
         await self._finish(done)
         self._speculate_next = self.switch.speculate_next(self._num_decoding())

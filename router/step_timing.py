@@ -1,9 +1,10 @@
 """Where a decode step's time goes, as the router sees it (GetServerStatus.target_only_steps and
 .speculative_steps): the wall time of the whole step, of its awaits on the target's Forward or
-Verify and on the drafters' Propose, and the target's own measure of its work (forward_ms in its
-replies). What is left of the step is the router's (scheduling, commit, detokenize, streaming);
-what the target call took beyond the target's work is the RPC's (serialization, the hops).
-Decode-only steps are counted: a prefill chunk's cost says nothing of a round."""
+Verify and on the drafters' Propose, and the services' own measure of their work (forward_ms in
+the target's replies, compute_ms in the drafters'). What is left of the step is the router's
+(scheduling, commit, detokenize, streaming); what a call took beyond the service's work is the
+RPC's (serialization, the hops). Decode-only steps are counted: a prefill chunk's cost says
+nothing of a round."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class StepClock:
     started: float = field(default_factory=time.perf_counter)
     spans: dict[str, float] = field(default_factory=dict)
     target_compute_ms: float = 0.0
+    draft_compute_ms: float = 0.0
 
     @contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -39,6 +41,7 @@ class _Totals:
     target_s: float = 0.0
     target_compute_ms: float = 0.0
     draft_s: float = 0.0
+    draft_compute_ms: float = 0.0
 
     def add(self, clock: StepClock) -> None:
         self.steps += 1
@@ -46,6 +49,7 @@ class _Totals:
         self.target_s += clock.spans.get("target", 0.0)
         self.draft_s += clock.spans.get("draft", 0.0)
         self.target_compute_ms += clock.target_compute_ms
+        self.draft_compute_ms += clock.draft_compute_ms
 
     def status(self) -> pb.StepTiming:
         n = max(self.steps, 1)
@@ -55,6 +59,7 @@ class _Totals:
             target_call_ms=self.target_s / n * 1e3,
             target_compute_ms=self.target_compute_ms / n,
             draft_call_ms=self.draft_s / n * 1e3,
+            draft_compute_ms=self.draft_compute_ms / n,
         )
 
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 
 from model_runtime.attention import AttentionMetadata
+from model_runtime.cuda_graphs import bucket_for, capture_shapes
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
-from target_service.cuda_graphs import bucket_for, capture_shapes
 
 log = logging.getLogger("splitspec.target")
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from kernels import tree_ops
+from model_runtime.cuda_graphs import bucket_for, capture_shapes
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
-from target_service.cuda_graphs import bucket_for, capture_shapes
 from target_service.verify import TreeBatch, VerifyOutput
 
 log = logging.getLogger("splitspec.target")

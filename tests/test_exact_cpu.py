@@ -2,11 +2,14 @@
 
 The C++ paged attention (kernels/exact_attention.h) against its torch reference; the few-row
 linear giving one row the same bits alone and inside 2-64 rows; and, on the real default model
-in-process, the hidden rows (hence logits) of a continuation computed by one-token decodes, by
-one verify of the chain, and by one prefill chunk beside another request: equal bit for bit.
+in-process (and on the tests' tiny Llama), the hidden rows (hence logits) of a continuation
+computed by one-token decodes, by one verify of the chain, and by one prefill chunk beside
+another request: equal bit for bit.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +23,8 @@ from target_service.engine import StepItem, TargetEngine
 from target_service.request_table import SamplingSpec
 from tests.helpers.exact_checks import assert_step_kinds_agree
 from tests.helpers.prompts import chat_ids
+from tests.helpers.spec_fixtures import load_copy
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fixture)
 
 UNAVAILABLE = few_row_linear.unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels: {UNAVAILABLE}")
@@ -87,6 +92,16 @@ def test_decode_verify_and_prefill_give_the_same_bits(exact_engine_factory) -> N
     prompt = list(chat_ids([{"role": "user", "content": "Name three uses of copper."}]))
     other = list(chat_ids([{"role": "user", "content": "What is a prime number?"}]))
     assert_step_kinds_agree(exact_engine_factory, prompt, other, 12, NUM_SLOTS)
+
+
+def test_the_tiny_model_gives_the_same_bits_in_every_step_kind(engine_model_dir: Path) -> None:
+    """The same on the tests' tiny Llama in fp32 (narrow layers: the kernels' ragged tails)."""
+    model = load_copy(engine_model_dir, "cpu", torch.float32)
+    prepack_linears(model, default_cache_dir(), exact=True)
+    config = TargetConfig(model_path=Path("."), cache_dir=default_cache_dir(),
+                          num_slots=NUM_SLOTS, attention="paged", exact=True)  # fmt: skip
+    prompt, other = [3, 9, 27, 81, 243, 5, 7, 11, 13], [100, 200, 300]
+    assert_step_kinds_agree(lambda: TargetEngine(config, model), prompt, other, 12, NUM_SLOTS)
 
 
 def sampled_run(engine: TargetEngine, prompts: list[list[int]], steps: int) -> list[list[int]]:

@@ -78,6 +78,32 @@ def test_kernel_matches_reference(dtype, heads: int, kv_heads: int, head_dim: in
     torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
 
 
+def test_one_requests_fixed_shape_tree_metadata_is_laid_out_for_the_kernel() -> None:
+    """A fixed-shape verify of one request (real = None) once flattened an expand of its row
+    and start into stride-0 views, which the kernel read past their end (an illegal address on
+    the H200); the kernel now refuses such views instead of reading them."""
+    parents = torch.tensor([[-1, 0, 1, 1]], device=DEVICE)
+    valid = torch.ones_like(parents, dtype=torch.bool)
+    start = torch.tensor([5], device=DEVICE)
+    mask = tree_ops.tree_mask_and_positions(parents, valid, start)
+    table = torch.arange(2 * 20, device=DEVICE).view(2, 20)
+    node_slots = torch.tensor([[30, 31, 32, 33]], device=DEVICE)
+    meta = paged.for_trees(
+        table, torch.tensor([1], device=DEVICE), start, node_slots, mask.ancestors, mask.depths,
+        None,
+    )  # fmt: skip
+    per_token = (meta.query_row, meta.query_len, meta.prefix_len, meta.path)
+    assert all(t.is_contiguous() for t in per_token)
+    assert meta.query_row.tolist() == [1] * 4 and meta.prefix_len.tolist() == [5] * 4
+    k_pool, v_pool = random_pools(1, 16, torch.float32, seed=0)
+    q = torch.randn(4, 1, 16, device=DEVICE)
+    strided_rows = torch.tensor([1], device=DEVICE).expand(4)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernel.paged_attention(
+            q, k_pool, v_pool, table, strided_rows, meta.query_len, meta.prefix_len, meta.path
+        )
+
+
 def tree_and_context(seed: int, committed: int):
     """A random tree (topk 1-8, depth 1-6) whose nodes sit in fresh slots after ``committed``
     context slots, and its deepest root-to-leaf path."""

@@ -12,45 +12,21 @@ append brings the accepted tokens with their true target rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter, TreeShape
+from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool, DraftPoolFull
+from draft_service.eagle.request_state import PairWork, RequestState, new_pairs, num_rows
+from draft_service.eagle.search_graphs import Proposals, SearchGraphRunner
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
 from draft_service.tree_types import DraftTree
 from model_runtime.attention import build_metadata
 
 __all__ = ["DraftPoolFull", "EagleDrafter"]
-
-
-@dataclass
-class _Request:
-    """One request's draft state. Invariant: len(slots) == min(num_rows, len(token_ids) - 1)."""
-
-    token_ids: list[int]
-    num_rows: int  # target hidden rows received
-    pending: torch.Tensor  # [num_rows - len(slots), H]: rows whose next token has not arrived
-    slots: list[int]  # draft KV slot of pair t (position t)
-    slot_row: torch.Tensor  # the same slots on the device
-    feature: torch.Tensor | None = None  # [H] head output at the last pair run
-
-    @property
-    def ready(self) -> bool:
-        return self.num_rows == len(self.token_ids) - 1
-
-
-@dataclass
-class _Work:
-    """Pairs one append runs for a request: positions [start, start + count)."""
-
-    state: _Request
-    start: int
-    count: int
-    slots: list[int]
 
 
 class EagleDrafter(Drafter):
@@ -79,7 +55,9 @@ class EagleDrafter(Drafter):
         self.pool = DraftKVPool(
             head.config.target, len(head.layers), num_slots, num_scratch, param.dtype, param.device
         )
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, RequestState] = {}
+        self.search_graphs: SearchGraphRunner | None = None
+        self.append_graphs: AppendGraphRunner | None = None
 
     # ---- Drafter interface ----------------------------------------------------------------
 
@@ -161,19 +139,19 @@ class EagleDrafter(Drafter):
         if end + self.shape.num_steps > self.head.config.target.max_position:
             raise ValueError(f"request {chunk.request_id!r}: context {end} too long to draft")
 
-    def _held_after(self, chunk: ContextChunk) -> tuple[_Request | None, int, int]:
+    def _held_after(self, chunk: ContextChunk) -> tuple[RequestState | None, int, int]:
         """(state kept, tokens, rows) once the chunk is applied; the state is None on restart."""
         state = None if chunk.start_pos == 0 else self._requests.get(chunk.request_id)
         tokens = len(state.token_ids) if state else 0
         rows = state.num_rows if state else 0
-        return state, tokens + len(chunk.token_ids), rows + _num_rows(chunk)
+        return state, tokens + len(chunk.token_ids), rows + num_rows(chunk)
 
     def _lines_up(self, chunk: ContextChunk) -> bool:
         state, tokens, rows = self._held_after(chunk)
         if chunk.start_pos != 0 and (state is None or chunk.start_pos != len(state.token_ids)):
             return False
         held_rows = state.num_rows if state else 0
-        if _num_rows(chunk) and chunk.hidden_start_pos != held_rows:
+        if num_rows(chunk) and chunk.hidden_start_pos != held_rows:
             return False
         return rows <= tokens  # a target row exists only for a token the target has run
 
@@ -191,31 +169,44 @@ class EagleDrafter(Drafter):
                 f"draft KV pool: {needed} slots wanted, {self.pool.num_free + freed} free"
             )
 
-    def _absorb(self, chunk: ContextChunk) -> _Work:
+    def _absorb(self, chunk: ContextChunk) -> PairWork:
         """Adds the chunk to the request's state; returns the pairs that became runnable."""
         state = self._requests[chunk.request_id]
         state.token_ids.extend(int(t) for t in chunk.token_ids)
-        if _num_rows(chunk):
+        if num_rows(chunk):
             assert chunk.hidden is not None
             rows = chunk.hidden.to(device=self.device, dtype=self.dtype)
             state.pending = torch.cat([state.pending, rows])
             state.num_rows += rows.shape[0]
         start = len(state.slots)
         count = max(0, min(state.num_rows, len(state.token_ids) - 1)) - start
-        return _Work(state, start, count, self.pool.allocate(count))
+        return PairWork(state, start, count, self.pool.allocate(count))
 
-    def _empty_state(self) -> _Request:
+    def _empty_state(self) -> RequestState:
         empty_rows = torch.empty((0, self.head.hidden_size), dtype=self.dtype, device=self.device)
         empty_slots = torch.empty(0, dtype=torch.long, device=self.device)
-        return _Request([], 0, empty_rows, [], empty_slots)
+        return RequestState([], 0, empty_rows, [], empty_slots)
 
-    def _run_pairs(self, work: list[_Work]) -> None:
+    def _run_pairs(self, work: list[PairWork]) -> None:
         """One causal head forward over the new pairs of every request (prefill or extend)."""
         if not work:
             return
         for w in work:
             new_slots = torch.tensor(w.slots, dtype=torch.long, device=self.device)
             w.state.slot_row = torch.cat([w.state.slot_row, new_slots])
+        runner = self.append_graphs
+        longest = max(w.start + w.count for w in work)
+        if runner is not None and runner.can_run([w.count for w in work], longest):
+            features = runner.run([new_pairs(w) for w in work])
+        else:
+            features = self._run_pairs_eagerly(work)
+        for w, feature in zip(work, features, strict=True):
+            w.state.feature = feature.clone()
+            w.state.pending = w.state.pending[w.count :]
+            w.state.slots.extend(w.slots)
+
+    def _run_pairs_eagerly(self, work: list[PairWork]) -> torch.Tensor:
+        """[len(work), H]: the head output at each request's last new pair."""
         # Pair t reads token t + 1; token ids, positions and write slots travel in one copy.
         per_token = torch.tensor(
             [
@@ -236,39 +227,48 @@ class EagleDrafter(Drafter):
         )
         hidden = torch.cat([w.state.pending[: w.count] for w in work])
         out = self.head(per_token[0], hidden, per_token[1], self.pool.kv, meta)
-        end = -1
-        for w in work:
-            end += w.count
-            w.state.feature = out[end].clone()
-            w.state.pending = w.state.pending[w.count :]
-            w.state.slots.extend(w.slots)
+        ends = torch.tensor([w.count for w in work], device=self.device).cumsum(0) - 1
+        return out[ends]
 
-    def _padded_slots(self, states: list[_Request]) -> torch.Tensor:
+    def _padded_slots(self, states: list[RequestState]) -> torch.Tensor:
         """[B, longest] context slots per request, padded with the dummy slot."""
         rows = [st.slot_row for st in states]
         return pad_sequence(rows, batch_first=True, padding_value=self.pool.dummy_slot)
 
     # ---- propose ----------------------------------------------------------------------------
 
-    def _ready_state(self, request_id: str) -> _Request:
+    def _ready_state(self, request_id: str) -> RequestState:
         state = self._requests.get(request_id)
         if state is None or not state.ready:
             raise ContextMismatch(f"request {request_id!r}: no complete context held")
         return state
 
-    def _draft(self, states: list[_Request]) -> list[DraftTree]:
+    def attach_graphs(self, search: SearchGraphRunner, append: AppendGraphRunner) -> None:
+        """Proposes and round appends that fit the runners' buckets run their fixed-shape
+        steps from now on."""
+        self.search_graphs, self.append_graphs = search, append
+
+    def _draft(self, states: list[RequestState]) -> list[DraftTree]:
         """Search, rerank and bring the trees to the host (the propose's one sync)."""
+        runner = self.search_graphs
+        if runner is not None and runner.can_run(len(states), max(len(s.slots) for s in states)):
+            features = [st.feature for st in states]
+            found = runner.run(features, [st.slot_row for st in states])  # type: ignore[misc]
+        else:
+            found = self._search(states)
+        return [
+            DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
+            for st, t, p, s in zip(states, found.tokens, found.parents, found.scores, strict=True)
+        ]
+
+    def _search(self, states: list[RequestState]) -> Proposals:
         inputs = self._search_inputs(states)
         candidates = search_tree(self.head, self.pool.kv, inputs, self.shape)
         tokens, parents, scores = rerank(candidates, self.shape.num_draft_tokens - 1)
         token_lists, parent_lists = torch.stack([tokens, parents]).tolist()
-        score_lists = scores.clamp(0.0, 1.0).tolist()
-        return [
-            DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
-            for st, t, p, s in zip(states, token_lists, parent_lists, score_lists, strict=True)
-        ]
+        return Proposals(token_lists, parent_lists, scores.clamp(0.0, 1.0).tolist())
 
-    def _search_inputs(self, states: list[_Request]) -> SearchInputs:
+    def _search_inputs(self, states: list[RequestState]) -> SearchInputs:
         width = (self.shape.num_steps - 1) * self.shape.topk
         scratch = self.pool.scratch[: len(states) * width].view(len(states), width)
         features = [st.feature for st in states]
@@ -279,7 +279,3 @@ class EagleDrafter(Drafter):
             context_lens=torch.tensor([len(st.slots) for st in states], device=self.device),
             scratch_slots=scratch,
         )
-
-
-def _num_rows(chunk: ContextChunk) -> int:
-    return 0 if chunk.hidden is None else int(chunk.hidden.shape[0])

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 from draft_service.drafter import Drafter, TreeShape
+from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import load_head, random_head
+from draft_service.eagle.search_graphs import SearchGraphRunner
 from model_runtime.loading import default_model_path, resolve_checkpoint
 
 log = logging.getLogger("splitspec.draft")
@@ -27,6 +29,7 @@ def build_eagle_drafter(
     dtype: str,
     device: str,
     num_slots: int = DEFAULT_DRAFT_SLOTS,
+    cuda_graphs: bool = True,
 ) -> Drafter:
     """The head's embedding, final norm and LM head come from the target's own checkpoint."""
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
@@ -38,4 +41,24 @@ def build_eagle_drafter(
         head = random_head(checkpoint, seed=0, dtype=torch_dtype, device=device)
     else:
         head = load_head(head_dir, checkpoint, torch_dtype, device)
-    return EagleDrafter(head, shape, num_slots)
+    drafter = EagleDrafter(head, shape, num_slots)
+    if device.startswith("cuda") and cuda_graphs:
+        attach_graphs(drafter)
+    return drafter
+
+
+def attach_graphs(drafter: EagleDrafter) -> None:
+    """The tree search and the round's append of up to 32 requests replay CUDA graphs
+    (search_graphs.py, append_graphs.py)."""
+    from model_runtime.fused import triton_available
+
+    if not triton_available():
+        log.warning("triton is not installed: the draft head runs eagerly")
+        return
+    head, pool, shape = drafter.head, drafter.pool, drafter.shape
+    max_context = head.config.target.max_position
+    search = SearchGraphRunner(head, pool, shape, max_context)
+    append = AppendGraphRunner(head, pool, max_context, max(8, shape.num_steps + 1))
+    search.capture_all()
+    append.capture_all()
+    drafter.attach_graphs(search, append)

@@ -24,6 +24,7 @@ import torch
 from draft_service.drafter import TreeShape
 from draft_service.eagle.head import EagleHead, KVPools
 from model_runtime.attention import AttentionMetadata
+from model_runtime.paged import PagedMetadata
 
 
 @dataclass
@@ -32,8 +33,11 @@ class SearchInputs:
 
     root_features: torch.Tensor  # [B, H] head output at each request's last context pair
     context_slots: torch.Tensor  # [B, Lmax] draft KV slot of each context pair; dummy-padded
-    context_lens: torch.Tensor  # [B] context pairs L per request (>= 1)
+    context_lens: torch.Tensor  # [B] context pairs L per request (>= 1; 0 for a padded row)
     scratch_slots: torch.Tensor  # [B, S * k] KV slots for the expanded tree nodes
+    # Paged backend: context_slots is read in place as a slot table, so no shape depends on
+    # the context lengths (the fixed-shape search of search_graphs.py); else torch's masks.
+    paged: bool = False
 
 
 @dataclass
@@ -98,10 +102,12 @@ def _run_frontier(
     num_req, k = frontier.tokens.shape
     rows = torch.arange(k, device=frontier.tokens.device)
     columns = rows + (step - 1) * k
-    allowed_tree = frontier.ancestry.clone()
-    allowed_tree[:, rows, columns] = True  # each node sees itself
+    width = frontier.ancestry.shape[2]
+    itself = torch.arange(width, device=rows.device)[None, :] == columns[:, None]  # [k, S * k]
+    allowed_tree = frontier.ancestry | itself  # each node sees itself (no host value: capturable)
     write_slots = inputs.scratch_slots[:, columns].flatten()
-    meta = tree_metadata(inputs, write_slots, allowed_tree)
+    build = paged_tree_metadata if inputs.paged else tree_metadata
+    meta = build(inputs, write_slots, allowed_tree)
     positions = (inputs.context_lens + step - 1)[:, None].expand(-1, k).flatten()
     out = head(frontier.tokens.flatten(), frontier.features.flatten(0, 1), positions, kv, meta)
     return out.view(num_req, k, -1), allowed_tree
@@ -144,6 +150,30 @@ def tree_metadata(
         key_slots=torch.cat([inputs.context_slots, inputs.scratch_slots], dim=1),
         allowed=allowed[:, None],
         token_rows=rows,
+    )
+
+
+def paged_tree_metadata(
+    inputs: SearchInputs, write_slots: torch.Tensor, allowed_tree: torch.Tensor
+) -> PagedMetadata:
+    """The same keys for the paged backend: the context from the table row, then the scratch
+    slots the node sees (its ancestors and itself) in column order, which is root to leaf."""
+    num_req, k, width = allowed_tree.shape
+    device = write_slots.device
+    columns = torch.arange(width, device=device)
+    order = torch.argsort((~allowed_tree).long() * width + columns, dim=-1)
+    path = inputs.scratch_slots[:, None, :].expand(num_req, k, width).gather(2, order)
+    prefix = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
+    rows = torch.arange(num_req, device=device)[:, None].expand(num_req, k)
+    table = inputs.context_slots
+    return PagedMetadata(
+        write_slots=write_slots.contiguous(),
+        table=table,
+        query_row=rows.reshape(-1).contiguous(),
+        query_len=prefix + allowed_tree.sum(-1).reshape(-1),
+        prefix_len=prefix,
+        path=path.reshape(num_req * k, width).contiguous(),
+        max_keys=table.shape[1] + width,  # fixed: the grid must not follow the contexts
     )
 
 

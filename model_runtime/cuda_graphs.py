@@ -1,5 +1,5 @@
-"""What the decode and verify graph runners share: buckets, capture into one memory pool with a
-progress bar, and the log line of what the capture cost."""
+"""What the graph runners (the target's decode and verify, the drafter's tree search) share:
+buckets, capture into one memory pool with a progress bar, and the log line of its cost."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
-log = logging.getLogger("splitspec.target")
+log = logging.getLogger("splitspec.graphs")
 
 
 def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:

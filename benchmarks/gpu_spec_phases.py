@@ -1,0 +1,61 @@
+"""Speculation phases of the GPU benchmark (benchmarks/bench_gpu.py runs them): EAGLE by tree
+shape at batch 1, and the router's adaptive switch at larger batches, each against target-only
+on the same stack and prompts."""
+
+from __future__ import annotations
+
+import json
+
+from splitspec.client import Client
+
+# (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
+TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (7, 8, 48), (8, 8, 64)]
+
+
+def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
+    """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape, each against
+    target-only on the same stack and prompts (issue: trees sized for the device)."""
+    from benchmarks.bench_gpu import stack, step_timing, throughput
+
+    rows = []
+    for tree in TREE_SHAPES:
+        with stack("bfloat16", drafter=True, attention=attention, tree=tree) as s:
+            client = Client(s.router_address)
+            throughput(client, prompts[:2], 1, 16, True)
+            before = step_timing(client, kind="speculative")
+            spec, _ = throughput(client, prompts, 1, max_new, True)
+            timing = step_timing(client, before, "speculative")
+            plain, _ = throughput(client, prompts, 1, max_new, False)
+            client.close()
+        row = {"tree": tree, "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
+               "ratio": spec["tok_s"] / plain["tok_s"],
+               "tokens_per_step": spec["tokens"] / max(timing["steps"], 1), "round_ms": timing}
+        rows.append(row)  # fmt: skip
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+
+
+def switch_batches(
+    prompts: list[list[int]], max_new: int, batches: list[int], attention: str
+) -> list[dict]:
+    """bf16, router --adaptive-speculation: requests that leave speculation to the router
+    against requests sent target-only, batch by batch (issue: never slower under load)."""
+    from benchmarks.bench_gpu import stack, throughput
+
+    rows = []
+    with stack("bfloat16", drafter=True, attention=attention,
+               router=["--adaptive-speculation"]) as s:  # fmt: skip
+        client = Client(s.router_address)
+        throughput(client, prompts[:2], 1, 16, None)
+        for batch in batches:
+            group = (prompts * (1 + 2 * batch // len(prompts)))[: 2 * batch]  # two groups
+            auto, _ = throughput(client, group, batch, max_new, None)
+            plain, _ = throughput(client, group, batch, max_new, False)
+            row = {"batch": batch, "auto_tok_s": auto["tok_s"], "target_only_tok_s":
+                   plain["tok_s"], "ratio": auto["tok_s"] / plain["tok_s"]}  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        client.close()
+    return rows

@@ -1,0 +1,148 @@
+"""draft_service/eagle/search_graphs.py and append_graphs.py: the fixed-shape tree search and
+round append (paged attention over a static context table, batches padded to a bucket) give the
+brute-force EAGLE-2 reference's trees, and on CUDA their graph replay gives the eager run's
+trees bit for bit. On CPU the search
+runs eagerly through the paged backend's C++ kernel (kernels/exact_attention.h).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from draft_service.drafter import ContextChunk, TreeShape
+from draft_service.eagle.append_graphs import AppendGraphRunner
+from draft_service.eagle.drafter import EagleDrafter
+from draft_service.eagle.head import EagleHead
+from draft_service.eagle.search_graphs import SearchGraphRunner
+from kernels import few_row_linear
+from model_runtime import paged
+from plumbing.paths import default_cache_dir
+from tests.test_eagle_drafter import Reference, assert_same_tree, ingest, make_context
+from tests.test_eagle_head import tiny_head
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None,
+    reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
+)
+SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6)]
+LENGTHS = [1, 9, 30]  # context pairs of the requests proposed together
+MAX_CONTEXT = 40
+
+
+@pytest.fixture(scope="module")
+def cpu_head() -> EagleHead:
+    """The reference runs on the host; the drafter under test on DEVICE."""
+    if DEVICE == "cpu":
+        paged.load_cpu_kernel(default_cache_dir())
+    return tiny_head(seed=1, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def head(cpu_head: EagleHead) -> EagleHead:
+    return copy.deepcopy(cpu_head).to(DEVICE)
+
+
+def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
+    drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=4)
+    search = SearchGraphRunner(head, drafter.pool, shape, MAX_CONTEXT, (1, 4), use_graphs=graphs)
+    append = AppendGraphRunner(head, drafter.pool, MAX_CONTEXT, 8, (1, 4), use_graphs=graphs)
+    search.capture_all()
+    append.capture_all()
+    drafter.attach_graphs(search, append)
+    return drafter
+
+
+def rounds(drafter: EagleDrafter, contexts: dict, cut: int, steps: list[int]) -> list:
+    """Each context ingested up to ``cut`` pairs, then grown round by round: a propose for
+    all, then each request appends the next few tokens and rows (the fixed-shape append)."""
+    for rid, (tokens, hidden) in contexts.items():
+        ingest(drafter, rid, (tokens[: cut + 1], hidden[:cut]))
+    end = cut + 1
+    for step in steps:
+        drafter.propose(list(contexts))
+        drafter.append_many(
+            [ContextChunk(r, end, t[end : end + step], end - 1, h[end - 1 : end - 1 + step])
+             for r, (t, h) in contexts.items()]
+        )  # fmt: skip
+        end += step
+    return drafter.propose(list(contexts))
+
+
+def on_device(head: EagleHead, ctx):
+    tokens, hidden = ctx
+    return tokens, hidden.to(DEVICE, head.fc.weight.dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_fixed_shape_search_equals_the_reference(
+    head: EagleHead, cpu_head: EagleHead, shape: TreeShape
+) -> None:
+    """Three requests padded into the bucket of 4, then one alone in the bucket of 1."""
+    drafter = fixed_shape_drafter(head, shape, graphs=True)
+    contexts = {f"r{i}": make_context(n, i) for i, n in enumerate(LENGTHS)}
+    for rid, ctx in contexts.items():
+        ingest(drafter, rid, on_device(head, ctx))
+    together = drafter.propose(list(contexts))
+    alone = drafter.propose(["r1"])[0]
+    for rid, tree in zip(contexts, together, strict=True):
+        assert_same_tree(tree, Reference(cpu_head, contexts[rid], shape).tree())
+    assert_same_tree(alone, together[1])
+
+
+def test_a_context_past_the_table_takes_the_eager_search(
+    head: EagleHead, cpu_head: EagleHead
+) -> None:
+    shape = SHAPES[0]
+    drafter = fixed_shape_drafter(head, shape, graphs=True)
+    runner = drafter.search_graphs
+    assert runner is not None and not runner.can_run(1, MAX_CONTEXT + 5)
+    ctx = make_context(MAX_CONTEXT + 5, 3)
+    ingest(drafter, "long", on_device(head, ctx))
+    assert_same_tree(drafter.propose(["long"])[0], Reference(cpu_head, ctx, shape).tree())
+
+
+def test_round_appends_in_fixed_shapes_equal_the_reference(
+    head: EagleHead, cpu_head: EagleHead
+) -> None:
+    """Rounds of 1, 6 and 3 accepted pairs (padded to 8) leave the state a fresh ingest of the
+    whole context would: the next trees are the reference's."""
+    shape = SHAPES[0]
+    drafter = fixed_shape_drafter(head, shape, graphs=True)
+    contexts = {f"r{i}": make_context(24, 40 + i) for i in range(3)}
+    device_contexts = {r: on_device(head, c) for r, c in contexts.items()}
+    trees = rounds(drafter, device_contexts, cut=12, steps=[1, 6, 3])
+    assert drafter.num_tokens("r0") == 12 + 1 + 10
+    for rid, tree in zip(contexts, trees, strict=True):
+        tokens, hidden = contexts[rid]
+        want = Reference(cpu_head, (tokens[:23], hidden[:22]), shape).tree()
+        assert_same_tree(tree, want)
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_graph_replay_is_bit_identical_to_the_eager_run(dtype: torch.dtype) -> None:
+    head = tiny_head(seed=2, dtype=dtype).to(DEVICE)
+    shape = TreeShape(5, 4, 16)
+    replayed = fixed_shape_drafter(head, shape, graphs=True)
+    eager = fixed_shape_drafter(head, shape, graphs=False)
+    assert replayed.search_graphs is not None and replayed.search_graphs.graphs
+    contexts = {f"r{i}": on_device(head, make_context(n, 10 + i)) for i, n in enumerate(LENGTHS)}
+    for rid, ctx in contexts.items():
+        ingest(replayed, rid, ctx)
+        ingest(eager, rid, ctx)
+    for batch in (list(contexts), ["r2"]):
+        got, want = replayed.propose(batch), eager.propose(batch)
+        assert [t.token_ids for t in got] == [t.token_ids for t in want]
+        assert [t.parent_indices for t in got] == [t.parent_indices for t in want]
+        assert [t.scores for t in got] == [t.scores for t in want]
+    # Rounds: the append's replay too (each drafter its own copy of the same contexts).
+    grown = {f"g{i}": on_device(head, make_context(30, 50 + i)) for i in range(3)}
+    got = rounds(replayed, grown, cut=10, steps=[2, 5, 1])
+    want = rounds(eager, grown, cut=10, steps=[2, 5, 1])
+    assert [(t.token_ids, t.parent_indices, t.scores) for t in got] == [
+        (t.token_ids, t.parent_indices, t.scores) for t in want
+    ]
