@@ -1,6 +1,7 @@
-"""kernels/invariant_matmul.py: x @ weight.T against torch in fp64, and a row
-having the same bits alone and among 2-130 rows, with the reduction whole and split. On CPU under Triton's interpreter (CI), on CUDA
-compiled (where the invariance is the point: cuBLAS's rounding follows the row count)."""
+"""kernels/invariant_matmul.py: x @ weight.T against torch in fp64, and a row having the same
+bits alone and among 2-130 rows, with the reduction whole and split. On CPU under Triton's
+interpreter (CI), on CUDA compiled (where the invariance is the point: cuBLAS's rounding
+follows the row count)."""
 
 from __future__ import annotations
 
