@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import gpu_spec_phases
+from benchmarks import gpu_spec_phases, gpu_target_only
 from benchmarks.common import git_commit, run_concurrent, utc_now
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
 from splitspec.client import Client, build_request
@@ -41,10 +41,11 @@ def stack(
     exact: bool = False,
     tree: tuple[int, int, int] | None = None,
     router: list[str] | None = None,
+    target_extra: list[str] | None = None,
 ) -> LocalStack:
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
-    target += TARGET_EXTRA
+    target += TARGET_EXTRA + (target_extra or [])  # argparse: the last --decode-steps wins
     draft = ["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]
     if tree is not None:
         draft += [f"--{k}={v}" for k, v in zip(TREE_FLAGS, tree, strict=True)]
@@ -52,7 +53,8 @@ def stack(
     tree_name = "-".join(map(str, tree or ()))
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
     log_dir = log_dir.with_name(log_dir.name + (f"-tree{tree_name}" if tree else ""))
-    log_dir = log_dir.with_name(log_dir.name + ("-router" + "".join(router) if router else ""))
+    for extra in (router, target_extra):
+        log_dir = log_dir.with_name(log_dir.name + "".join(extra or []))
     log_dir.mkdir(parents=True, exist_ok=True)
     return LocalStack(target, router or [], log_dir=log_dir, draft_args=drafts)  # by `with`
 
@@ -93,28 +95,6 @@ def throughput(
 
 
 # (attention backend, decode graphs) of the target-only stacks: both backends replayed, then eager.
-TARGET_ONLY_VARIANTS = [("torch", True), ("paged", True), ("torch", False)]
-
-
-def target_only_phase(prompts: list[list[int]], max_new: int, batches: list[int]) -> list[dict]:
-    rows = []
-    for attention, graphs in TARGET_ONLY_VARIANTS:
-        with stack("bfloat16", drafter=False, graphs=graphs, attention=attention) as s:
-            client = Client(s.router_address)
-            throughput(client, prompts[:2], 1, 16)  # warm-up
-            for batch in batches if graphs else [1]:
-                count = batch if batch > 1 else (8 if graphs else 2)  # eager is slow: 2 prompts
-                before = step_timing(client)
-                row, _ = throughput(client, prompts[:count], batch, max_new)
-                row["step_timing_ms"] = step_timing(client, before)
-                row["decode_steps"] = server_status(client).decode_steps  # multi-step K
-                rows.append({"attention": attention, "graphs": graphs, **row})
-                print(f"target-only {attention} graphs={graphs} batch {batch}: "
-                      f"{row['tok_s']:.1f} tok/s")  # fmt: skip
-            client.close()
-    return rows
-
-
 def server_status(client: Client):  # -> pb.ServerStatus
     from protos import generation_pb2 as pb
 
@@ -233,7 +213,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = [
         ("steps", steps_phase),
         ("cudnn", cudnn_phase),
-        ("target_only", lambda: target_only_phase(prompts, args.max_new_tokens, args.batches)),
+        ("target_only", lambda: gpu_target_only.phase(prompts, args.max_new_tokens,
+                                                      args.batches, args.target_only)),
         ("hf_eager", lambda: hf_eager_tok_s(gguf, prompts[:4], args.max_new_tokens)),
         ("hf_static_graph", lambda: hf_graph_tok_s(gguf, prompts[:8], args.max_new_tokens)),
         ("spec_fp32", lambda: speculation_phase(prompts[:4], args.max_new_tokens, "float32", gguf,
@@ -290,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
                         "runs --exact")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
+    parser.add_argument("--target-only", nargs="+", default=list(gpu_target_only.VARIANTS),
+                        choices=list(gpu_target_only.VARIANTS), help="target-only stacks to time")
     parser.add_argument("--decode-steps", type=int, default=None, help="the targets' "
                         "--decode-steps (multi-step decoding; default theirs: 8 on CUDA)")
     args = parser.parse_args(argv)
