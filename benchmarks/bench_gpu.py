@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                 args.attention)),
         ("spec_bf16", lambda: speculation_phase(prompts[: args.num_bf16], args.max_new_tokens,
                                                 "bfloat16", gguf, args.attention)),
-        ("tree_shapes", lambda: gpu_spec_phases.tree_shapes(prompts[: args.num_bf16],
+        ("tree_shapes", lambda: gpu_spec_phases.tree_shapes(prompts[:8],
                                                             args.max_new_tokens, args.attention)),
         ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
                                                           [4, 16, 64], args.attention)),

@@ -9,7 +9,7 @@ import json
 from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
-TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (7, 8, 48), (8, 8, 64)]
+TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (8, 8, 64)]
 
 
 def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
