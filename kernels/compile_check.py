@@ -138,12 +138,17 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
         halves = {**ptrs(word, "x_ptr", "out_ptr"), "n": "i32", "width": "i32"}
         found.append((f"silu*mul halves {word}", layer_ops._silu_mul_halves_kernel, halves,
                       {"BLOCK": 1024}, 4))
-        matmul = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
-                  **ptrs("i32", "M", "N", "K", "stride_xm", "stride_wn", "stride_om")}
-        tiles = {"BLOCK_M": invariant_matmul.BLOCK_M, "BLOCK_N": invariant_matmul.BLOCK_N,
-                 "BLOCK_K": invariant_matmul.BLOCK_K, "DOT": dot_modes.NATIVE}
-        found.append((f"invariant matmul {word}", invariant_matmul._matmul_kernel, matmul,
-                      tiles, 4))
+        for block_n in (32, 64):  # the two column tiles invariant_matmul.config_for picks
+            matmul = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
+                      **ptrs("i32", "M", "N", "K", "k_per_split", "stride_xm", "stride_wn",
+                             "stride_om", "stride_os")}
+            tiles = {"BLOCK_M": invariant_matmul.BLOCK_M, "BLOCK_N": block_n,
+                     "BLOCK_K": invariant_matmul.BLOCK_K, "DOT": dot_modes.NATIVE}
+            found.append((f"invariant matmul {word} N-tile {block_n}",
+                          invariant_matmul._matmul_kernel, matmul, tiles, 4))
+        sums = {"part_ptr": "*fp32", "out_ptr": word, "numel": "i32", "num_splits": "i32"}
+        found.append((f"invariant matmul's split sum {word}", invariant_matmul._sum_splits_kernel,
+                      sums, {"BLOCK": 1024}, 4))
         plain_norm = {**ptrs(word, "x_ptr", "w_ptr", "out_ptr"),
                       **ptrs("i32", "stride_x", "stride_out", "n_cols"), "eps": "fp32"}
         found.append((f"rmsnorm {word}", fused_ops._rms_norm_kernel, plain_norm,
