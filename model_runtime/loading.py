@@ -58,9 +58,12 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-    )
+    from model_runtime.hf_gguf import memoized_gguf_reads
+
+    with memoized_gguf_reads():
+        hf = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+        )
     config = hf.config
     # The weights are dequantised now; a quantization_config would describe the GGUF file.
     if hasattr(config, "quantization_config"):
