@@ -89,7 +89,7 @@ def resolve_checkpoint(path: Path, cache_root: Path) -> Path:
     out_dir = converted_dir(gguf_path, cache_root)
     if not out_dir.exists():
         log.info(
-            "first start on this cache: converting %s to safetensors in %s (once; about 15 s "
+            "first start on this cache: converting %s to safetensors in %s (once; about 6 s "
             "for the default model on 2 cores)",
             gguf_path.name,
             cache_root,
