@@ -44,6 +44,7 @@ from benchmarks.common import (
     versions,
     write_json,
 )
+from model_runtime.hf_gguf import memoized_gguf_reads
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
 from splitspec.client import Client, build_request
@@ -188,8 +189,9 @@ def bench_hf(cfg: BenchConfig, tokenizer: Any, prompts: list[Prompt],
              warmup: list[Prompt]) -> list[Phase]:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name,
-                                                 dtype=torch.float32).eval()
+    with memoized_gguf_reads():  # the same model, without transformers' repeated parsing
+        model = AutoModelForCausalLM.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name,
+                                                     dtype=torch.float32).eval()
     phases = []
     for b in cfg.batch_sizes:
         hf_group(model, tokenizer, warmup[:b], cfg.warmup_tokens)
@@ -264,7 +266,8 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(cfg.threads)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name)
+    with memoized_gguf_reads():
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model.parent, gguf_file=cfg.model.name)
     loaded = load_prompts(tokenizer, cfg.num_prompts + max(cfg.batch_sizes), cfg.max_prompt_tokens)
     prompts, warmup = loaded[: cfg.num_prompts], loaded[cfg.num_prompts :]
     started = time.perf_counter()

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 
 namespace exact {
 
@@ -67,26 +67,26 @@ void one_head(const float* q, const float* k_pool, const float* v_pool, const Ke
   }
 }
 
-void check(const torch::Tensor& t, int64_t dims, c10::ScalarType type, const char* name) {
+void check(const at::Tensor& t, int64_t dims, c10::ScalarType type, const char* name) {
   TORCH_CHECK(t.dim() == dims && t.scalar_type() == type && t.is_contiguous() && !t.is_cuda(),
               name, ": expected a contiguous CPU tensor of ", dims, " dims and type ", type);
 }
 
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k_pool,
-                        const torch::Tensor& v_pool, const torch::Tensor& table,
-                        const torch::Tensor& query_row, const torch::Tensor& query_len,
-                        const torch::Tensor& prefix_len, const torch::Tensor& path) {
-  check(q, 3, torch::kFloat, "q");
-  check(k_pool, 3, torch::kFloat, "k_pool");
-  check(v_pool, 3, torch::kFloat, "v_pool");
-  check(table, 2, torch::kLong, "table");
-  check(path, 2, torch::kLong, "path");
-  for (const auto* t : {&query_row, &query_len, &prefix_len}) check(*t, 1, torch::kLong, "rows");
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
+                     const at::Tensor& table, const at::Tensor& query_row,
+                     const at::Tensor& query_len, const at::Tensor& prefix_len,
+                     const at::Tensor& path) {
+  check(q, 3, at::kFloat, "q");
+  check(k_pool, 3, at::kFloat, "k_pool");
+  check(v_pool, 3, at::kFloat, "v_pool");
+  check(table, 2, at::kLong, "table");
+  check(path, 2, at::kLong, "path");
+  for (const auto* t : {&query_row, &query_len, &prefix_len}) check(*t, 1, at::kLong, "rows");
   const int64_t tokens = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t kv_heads = k_pool.size(1), group = heads / kv_heads;
   TORCH_CHECK(heads % kv_heads == 0, "heads must be a multiple of the KV heads");
   TORCH_CHECK(v_pool.sizes() == k_pool.sizes() && k_pool.size(2) == dim, "pool shapes differ");
-  auto out = torch::empty_like(q);
+  auto out = at::empty_like(q);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const float *qp = q.data_ptr<float>(), *kp = k_pool.data_ptr<float>();
   const float* vp = v_pool.data_ptr<float>();

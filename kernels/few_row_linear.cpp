@@ -14,7 +14,9 @@
 #include <utility>
 #include <vector>
 #include <immintrin.h>
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+// pybind11 with torch's Tensor casters: half the compile time of torch/extension.h
+#include <torch/csrc/utils/pybind.h>
 
 #include "exact_attention.h"  // the CPU paged attention (the target's --exact mode)
 
@@ -68,18 +70,18 @@ constexpr std::array<Kernel, sizeof...(Ms)> kernels(std::integer_sequence<int, M
 
 }  // namespace
 
-torch::Tensor pack(const torch::Tensor& weight) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kFloat,
+at::Tensor pack(const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kFloat,
               "pack: weight must be a 2-D float32 tensor");
   TORCH_CHECK(weight.size(0) % BLOCK == 0, "pack: output features must be a multiple of 16");
   const int64_t n = weight.size(0), k = weight.size(1);
   return weight.contiguous().view({n / BLOCK, BLOCK, k}).transpose(1, 2).contiguous();
 }
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x must be 2-D float32");
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be 2-D float32");
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.is_contiguous() &&
-                  packed.scalar_type() == torch::kFloat,
+                  packed.scalar_type() == at::kFloat,
               "packed must come from pack()");
   const int64_t rows = x.size(0), k_len = x.size(1), n_len = packed.size(0) * BLOCK;
   TORCH_CHECK(rows >= 1 && rows <= MAX_ROWS, "x must have 1 to 16 rows");
@@ -91,7 +93,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed) {
   const float* src = xc.data_ptr<float>();
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t k = 0; k < k_len; ++k) xt[k * MAX_ROWS + m] = src[m * k_len + k];
-  auto out = torch::empty({rows, n_len}, x.options());
+  auto out = at::empty({rows, n_len}, x.options());
   static const auto table = kernels(std::make_integer_sequence<int, MAX_ROWS>{});
   table[rows - 1](xt.data(), packed.data_ptr<float>(), out.data_ptr<float>(), k_len, n_len);
   return out;

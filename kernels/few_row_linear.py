@@ -2,7 +2,7 @@
 (exact_attention.h, which it includes), built as one module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes about 30 s on 2 cores once per cache, source and torch version;
+``<cache>/kernels/``, which takes about 20 s on 2 cores once per cache, source and torch version;
 ``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). Where it cannot be
 built or run (no AVX-512, no compiler, not x86) ``load()`` returns None and callers keep torch's
 kernels.
@@ -62,7 +62,7 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
     final = build_folder(cache_dir or default_cache_dir())
     built: list[ModuleType] = []
     if not final.exists():
-        log.info("building the few-row linear kernel (once per cache; about 30 s on 2 cores)")
+        log.info("building the few-row linear kernel (once per cache; about 20 s on 2 cores)")
     try:
         build_once(final, lambda tmp: built.append(_compile(tmp)), "building the few-row kernel")
         return built[0] if built else _import_built(final)

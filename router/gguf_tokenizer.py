@@ -1,20 +1,32 @@
 """A byte-level BPE `tokenizers.Tokenizer` built from the tokenizer metadata of a GGUF file.
 
-Uses only `gguf` (numpy) and `tokenizers`, so the router never imports torch. It rebuilds the
+Uses only `tokenizers` and the file's header (router/gguf_metadata.py), so the router never
+imports torch (nor numpy). It rebuilds the
 tokenizer the way transformers does for `tokenizer.ggml.model == "gpt2"` (vocabulary respelled
 into the byte alphabet, the file's merges, CONTROL tokens as special added tokens, USER_DEFINED
 tokens as plain added tokens), so the ids it produces are the ids HF produces for the same file.
 """
 
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
 
-from gguf import GGUFReader, GGUFValueType, ReaderField, TokenType
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as BackendTokenizer
+
+from router.gguf_metadata import read_gguf_metadata
 
 # llama.cpp pre-tokenizer names whose split is GPT-2's regex, i.e. what ByteLevel(use_regex=True)
 # applies. Others (llama3, qwen2, ...) need their own split regex, which we do not carry yet.
 _GPT2_SPLIT_PRE_TOKENIZERS = frozenset({"default", "gpt-2", "gpt2", "smollm"})
+
+
+class TokenType(IntEnum):
+    """GGUF's tokenizer.ggml.token_type values (llama.cpp's llama_token_type)."""
+
+    NORMAL = 1
+    CONTROL = 3
+    USER_DEFINED = 4
 
 
 @dataclass(frozen=True)
@@ -34,14 +46,11 @@ class GGUFTokenizer:
 
 def load_gguf_tokenizer(path: str) -> GGUFTokenizer:
     """Read the tokenizer metadata of the GGUF file at `path`; raises ValueError if unsupported."""
-    fields = GGUFReader(path).fields
+    fields = read_gguf_metadata(path)
     _check_supported(fields, path)
-    tokens = _string_array(fields["tokenizer.ggml.tokens"])
-    type_field = fields.get("tokenizer.ggml.token_type")
-    token_types = (
-        _int_array(type_field) if type_field is not None else [int(TokenType.NORMAL)] * len(tokens)
-    )
-    backend = _build_backend(tokens, token_types, _string_array(fields["tokenizer.ggml.merges"]))
+    tokens = _string_list(fields, "tokenizer.ggml.tokens")
+    token_types = fields.get("tokenizer.ggml.token_type", [int(TokenType.NORMAL)] * len(tokens))
+    backend = _build_backend(tokens, token_types, _string_list(fields, "tokenizer.ggml.merges"))
     bos_id = _int(fields, "tokenizer.ggml.bos_token_id")
     if _bool(fields, "tokenizer.ggml.add_bos_token") and bos_id is not None:
         backend.post_processor = _bos_processor(tokens[bos_id], bos_id)
@@ -54,7 +63,7 @@ def load_gguf_tokenizer(path: str) -> GGUFTokenizer:
     )
 
 
-def _check_supported(fields: dict[str, ReaderField], path: str) -> None:
+def _check_supported(fields: dict[str, Any], path: str) -> None:
     model_type = _str(fields, "tokenizer.ggml.model")
     pre_type = _str(fields, "tokenizer.ggml.pre") or "default"
     if model_type != "gpt2" or pre_type not in _GPT2_SPLIT_PRE_TOKENIZERS:
@@ -121,30 +130,24 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def _str(fields: dict[str, ReaderField], key: str) -> str | None:
-    field = fields.get(key)
-    if field is None:
-        return None
-    if field.types != [GGUFValueType.STRING]:
-        raise ValueError(f"GGUF field {key} is {field.types}, expected a string")
-    return bytes(field.parts[-1]).decode("utf-8")
+def _str(fields: dict[str, Any], key: str) -> str | None:
+    value = fields.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"GGUF field {key} is {type(value).__name__}, expected a string")
+    return value
 
 
-def _int(fields: dict[str, ReaderField], key: str) -> int | None:
-    field = fields.get(key)
-    return None if field is None else int(field.parts[-1][0])
+def _int(fields: dict[str, Any], key: str) -> int | None:
+    value = fields.get(key)
+    return None if value is None else int(value)
 
 
-def _bool(fields: dict[str, ReaderField], key: str) -> bool:
-    field = fields.get(key)
-    return field is not None and bool(field.parts[-1][0])
+def _bool(fields: dict[str, Any], key: str) -> bool:
+    return bool(fields.get(key, False))
 
 
-def _string_array(field: ReaderField) -> list[str]:
-    # `field.data` indexes the parts that hold each element's bytes; reading them directly is far
-    # faster than `field.contents()` for the ~50k-entry vocabulary and merge lists.
-    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-
-def _int_array(field: ReaderField) -> list[int]:
-    return [int(field.parts[i][0]) for i in field.data]
+def _string_list(fields: dict[str, Any], key: str) -> list[str]:
+    value = fields[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"GGUF field {key} is not an array of strings")
+    return value

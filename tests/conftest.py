@@ -30,7 +30,7 @@ from tests.helpers.eco_stack import eco_stack  # noqa: E402, F401 (one stack for
 from tests.helpers.reference import HFReference, TieCase  # noqa: E402
 from tests.helpers.rpc import Router  # noqa: E402
 
-START_TIMEOUT_S = 300.0  # first start on an empty cache converts the GGUF (~15 s)
+START_TIMEOUT_S = 300.0  # first start on an empty cache converts the GGUF (~6 s)
 CPU_FP32 = ["--device", "cpu", "--dtype", "float32"]
 
 StackFactory = Callable[..., LocalStack]

@@ -32,6 +32,7 @@ from tests.helpers.compose_stack import (
     compose,
     run,
     tear_down,
+    unnice_project,
     wait_up,
 )
 
@@ -105,6 +106,7 @@ def stack() -> Iterator[None]:
         pytest.fail("podman is not installed (.ci/run installs it: deploy/ci/install-podman.sh)")
     times = wait_up(UP_TIMEOUT_S)  # started early in CI: tests/helpers/compose_stack.py
     print(EARLY.log)
+    print(f"container test: {unnice_project()} threads back at nice 0")  # the others are done
     up = time.monotonic()
     try:
         yield

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from model_runtime.hf_gguf import memoized_gguf_reads
 from router.tokenizer import Tokenizer
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -101,7 +102,8 @@ def tok() -> Tokenizer:
 @pytest.fixture(scope="module")
 def hf_tok() -> Any:
     transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(model_dir(), gguf_file=GGUF_NAME)
+    with memoized_gguf_reads():
+        return transformers.AutoTokenizer.from_pretrained(model_dir(), gguf_file=GGUF_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +112,7 @@ def corpus() -> list[str]:
 
 
 def test_load_reads_metadata() -> None:
-    # Load time (about 1.8 s on the 2-core box, mostly GGUFReader) is a figure for a benchmark,
+    # Load time (about 0.4 s on the 2-core box: router/gguf_metadata.py) is a benchmark figure,
     # not an assertion: a busy machine must not fail the suite.
     tok = Tokenizer.from_model_path(model_path())
     assert tok.vocab_size == 49152

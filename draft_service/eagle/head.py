@@ -236,9 +236,9 @@ def load_head(
 
 
 def read_target_config(target_checkpoint: Path) -> ModelConfig:
-    from transformers import AutoConfig
+    from model_runtime.checkpoint_config import read_model_config
 
-    return ModelConfig.from_hf(AutoConfig.from_pretrained(target_checkpoint))
+    return read_model_config(target_checkpoint)
 
 
 def read_target_parts(target_checkpoint: Path) -> dict[str, torch.Tensor]:

@@ -167,7 +167,10 @@ class ChatTokenizer:
     def __init__(self, gguf_path: Path) -> None:
         from transformers import AutoTokenizer
 
-        self._tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        from model_runtime.hf_gguf import memoized_gguf_reads
+
+        with memoized_gguf_reads():
+            self._tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         self.eos_token_id = int(self._tok.eos_token_id)
 
     def chat(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
