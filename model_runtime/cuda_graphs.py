@@ -3,6 +3,7 @@ buckets, capture into one memory pool with a progress bar, and the log line of i
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -39,6 +40,10 @@ def capture_shapes(
     """A graph per shape (largest first, so the smaller ones reuse the pool's memory), with a
     progress bar and one log line of the time and memory it took."""
     started = time.monotonic()
+    # A graph freed while another is being captured cannot be reset (CUDA refuses the call
+    # during a capture): collect unreachable graphs first, so no collection lands inside one.
+    gc.collect()
+    torch.cuda.synchronize(device)
     free_before = torch.cuda.mem_get_info(device)[0]
     pool = torch.cuda.graph_pool_handle()
     graphs = {}
