@@ -41,15 +41,19 @@ def capture_shapes(
     progress bar and one log line of the time and memory it took."""
     started = time.monotonic()
     # A graph freed while another is being captured cannot be reset (CUDA refuses the call
-    # during a capture): collect unreachable graphs first, so no collection lands inside one.
+    # during a capture): collect unreachable graphs first, and no collection during captures.
     gc.collect()
     torch.cuda.synchronize(device)
     free_before = torch.cuda.mem_get_info(device)[0]
     pool = torch.cuda.graph_pool_handle()
     graphs = {}
-    with torch.inference_mode():
-        for shape in progress(list(shapes), f"capturing {what} graphs"):
-            graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))
+    gc.disable()
+    try:
+        with torch.inference_mode():
+            for shape in progress(list(shapes), f"capturing {what} graphs"):
+                graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))
+    finally:
+        gc.enable()
     used = (free_before - torch.cuda.mem_get_info(device)[0]) / 2**20
     log.info(
         "captured %d %s graphs in %.1f s (%.0f MiB)", len(graphs), what,
