@@ -47,13 +47,15 @@ def capture_shapes(
     free_before = torch.cuda.mem_get_info(device)[0]
     pool = torch.cuda.graph_pool_handle()
     graphs = {}
+    collecting = gc.isenabled()
     gc.disable()
     try:
         with torch.inference_mode():
             for shape in progress(list(shapes), f"capturing {what} graphs"):
                 graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
     used = (free_before - torch.cuda.mem_get_info(device)[0]) / 2**20
     log.info(
         "captured %d %s graphs in %.1f s (%.0f MiB)", len(graphs), what,
