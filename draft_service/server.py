@@ -51,7 +51,7 @@ class DraftConfig:
     record_dir: Path | None = None  # recording: where per-request records are written
     max_workers: int = 8
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
-    cuda_graphs: bool = True  # eagle on CUDA: the tree search replays CUDA graphs
+    cuda_graphs: bool = True  # eagle on CUDA: the tree search and the append replay CUDA graphs
 
     def __post_init__(self) -> None:
         if self.num_threads < 0:
@@ -115,8 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="eagle on CUDA: the tree search of proposes of up to 32 requests replays CUDA "
-        "graphs captured at start-up (--no-cuda-graphs runs it eagerly)",
+        help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
+        "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
     )
     parser.add_argument(
         "--threads",
