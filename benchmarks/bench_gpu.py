@@ -225,6 +225,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                             args.max_new_tokens, args.attention)),
         ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
                                                           [4, 16, 64], args.attention)),
+        ("exact_cost", lambda: gpu_spec_phases.exact_cost(prompts[: args.num_bf16],
+                                                          args.max_new_tokens, args.attention)),
         ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
                                                       args.max_new_tokens, args.batches,
                                                       args.attention, args.exact)),

@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.gpu_steps import GREEDY, SHAPES, _cuda_ms, _engine, random_model
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
-from target_service.engine import StepItem
+from target_service.engine import StepItem, VerifyItem
 
 
 def top_kernels(fn, count: int = 25) -> list[dict]:
@@ -69,12 +69,28 @@ def profile_shape(shape: str, context: int, attention: str, merged: bool) -> dic
         eager = top_kernels(lambda: runner._body(1, runner.context_buckets[0], True))
         graphed = top_kernels(graph.replay)
     host = host_ops(step)
+    verify = _verify_profile(engine, slot, length)
     return {
         "shape": shape, "attention": attention, "merged": merged, "chunk": _chunk(),
         "engine_step_ms": statistics.median(walls[3:]),
         "graph_replay_ms": statistics.median(replay[3:]),
-        "eager_kernels": eager, "replay_kernels": graphed, "host_ops": host,
+        "eager_kernels": eager, "replay_kernels": graphed, "host_ops": host, **verify,
     }  # fmt: skip
+
+
+def _verify_profile(engine, slot, length: int) -> dict:
+    """The 16-node chain verify graph's replay time and kernels, beside the decode step's."""
+    runner = engine.verify_graphs
+    if runner is None:
+        return {}
+    item = VerifyItem("r", length, [5] * 16, [-1, *range(15)], [next(slot) for _ in range(16)])
+    engine.verify([item])  # reserves the tree's slots and loads the graph's buffers
+    graph = runner.graphs[(1, 16)]
+    replay = [_cuda_ms(graph.replay) for _ in range(20)]
+    return {
+        "verify16_replay_ms": statistics.median(replay[3:]),
+        "verify16_replay_kernels": top_kernels(graph.replay, 40),
+    }
 
 
 def _chunk() -> int:

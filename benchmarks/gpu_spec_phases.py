@@ -1,6 +1,6 @@
 """Speculation phases of the GPU benchmark (benchmarks/bench_gpu.py runs them): EAGLE by tree
-shape at batch 1, and the router's adaptive switch at larger batches, each against target-only
-on the same stack and prompts."""
+shape at batch 1, the router's adaptive switch at larger batches, each against target-only
+on the same stack and prompts, and what the target's exact mode costs EAGLE end to end."""
 
 from __future__ import annotations
 
@@ -59,3 +59,31 @@ def switch_batches(
             print(json.dumps(row), flush=True)
         client.close()
     return rows
+
+
+def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:
+    """Batch 1, bf16, EAGLE and target-only on a default-numerics stack, then on an --exact
+    one, same prompts, one run (issue: exact in bf16, what the mode costs end to end)."""
+    from benchmarks.bench_gpu import stack, step_timing, throughput
+
+    rows = {}
+    for exact in (False, True):
+        with stack("bfloat16", drafter=True, attention=attention, exact=exact) as s:
+            client = Client(s.router_address)
+            throughput(client, prompts[:2], 1, 16, True)
+            before = step_timing(client, kind="speculative")
+            spec, spec_out = throughput(client, prompts, 1, max_new, True)
+            timing = step_timing(client, before, "speculative")
+            plain, plain_out = throughput(client, prompts, 1, max_new, False)
+            client.close()
+        equal = sum(a == b for a, b in zip(spec_out, plain_out, strict=True))
+        rows["exact" if exact else "default"] = {
+            "eagle_tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
+            "round_ms": timing, "num_equal": equal,
+        }  # fmt: skip
+        print(json.dumps(rows), flush=True)
+    for kind in ("eagle_tok_s", "target_only_tok_s"):
+        rows[f"{kind}_cost"] = rows["default"][kind] / rows["exact"][kind]
+    rows["num_prompts"] = len(prompts)
+    return rows
+

@@ -15,6 +15,13 @@ only on the token's own keys, never on how many queries share the step or which 
 is, so a token gets the same bits decoded alone, verified in a tree or prefilled in a chunk.
 Loop bounds are read on the device, so both kernels sit inside captured CUDA graphs.
 
+A tree's nodes share their committed context, and reading it once per node made a 16-node
+verify's attention 4.9x a decode step's on the Llama-8B shape (919 against 189 us on the H200).
+So a program's query rows are a tile of TILE_ROWS (token, head) rows: a chunk that every token
+of a tile reads from the same table row is computed once for the tile. The tile's shape is
+fixed per model, whether one of its tokens is live (a decode) or all of them (a tree), and a
+row of a tensor-core product does not depend on the other rows, so sharing keeps the bits.
+
 bf16/fp16 inputs go to the tensor cores in their own dtype (fp32 accumulation); fp32 inputs use
 IEEE fp32 products, so an fp32 model stays fp32.
 """
@@ -31,36 +38,56 @@ from kernels.dot_modes import dot, dot_mode
 CHUNK = 64  # keys per split: fixed (the split is part of the numerics); 64 measured best of
 # 64/128/256 on the H200 (benchmarks/results/gpu_attention_chunks_2026-12-01.jsonl)
 BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
+TILE_ROWS = 64  # query rows of one program, (token, head) pairs: fixed for the same reason
 
 @triton.jit
 def _chunk_kernel(
     q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, table_ptr, row_ptr, len_ptr, prefix_ptr,
     path_ptr, stride_qt, stride_qh, stride_ks, stride_kh, stride_table, stride_path,
-    num_heads, num_chunks, scale,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_K: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr,
+    num_tokens, num_heads, num_chunks, tile_tokens, scale,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
-    token = tl.program_id(0).to(tl.int64)
+    """Program (token, KV head, chunk). Its token's tile (``tile_tokens`` consecutive tokens)
+    shares the chunk's keys when every token of the tile reads them from one table row: then
+    the tile's first member computes the chunk for the whole tile, one load of the keys for
+    all of them, and the others skip it. Otherwise each member computes its own token."""
+    token = tl.program_id(0)
     kv_head = tl.program_id(1).to(tl.int64)
     chunk = tl.program_id(2)
-    num_keys = tl.load(len_ptr + token)
+    member = token % tile_tokens
+    first = token - member
     begin = chunk * CHUNK
-    if begin < num_keys:
-        h = tl.arange(0, BLOCK_H)
-        head_ok = h < GROUP
+    t = tl.arange(0, TILE)
+    in_tile = (t < tile_tokens) & (first + t < num_tokens)
+    tile_rows = tl.load(row_ptr + first + t, mask=in_tile, other=0)
+    tile_prefix = tl.load(prefix_ptr + first + t, mask=in_tile, other=2**30)
+    lowest_row = tl.min(tl.where(in_tile, tile_rows, 2**30))
+    same_row = lowest_row == tl.max(tl.where(in_tile, tile_rows, -1))
+    shared = same_row & (begin + CHUNK <= tl.min(tile_prefix))
+    lead = tl.where(shared, first, token).to(tl.int64)  # whose key list the program reads
+    num_keys = tl.load(len_ptr + lead)
+    if tl.where(shared, member == 0, begin < num_keys):
+        # Rows: (tile member, query head of this KV head's group); only the computed ones live.
+        r = tl.arange(0, TILE * BLOCK_G)
+        row_token = first + r // BLOCK_G
+        h = r % BLOCK_G
+        row_live = (h < GROUP) & tl.where(shared, r // BLOCK_G < tile_tokens, row_token == token)
+        row_live = row_live & (row_token < num_tokens)
         heads = kv_head * GROUP + h
         d = tl.arange(0, BLOCK_D)
         d_ok = d < HEAD_DIM
         q = tl.load(
-            q_ptr + token * stride_qt + heads[:, None] * stride_qh + d[None, :],
-            mask=head_ok[:, None] & d_ok[None, :], other=0.0,
+            q_ptr + row_token.to(tl.int64)[:, None] * stride_qt + heads[:, None] * stride_qh
+            + d[None, :],
+            mask=row_live[:, None] & d_ok[None, :], other=0.0,
         )  # fmt: skip
-        row = tl.load(row_ptr + token).to(tl.int64)
-        prefix = tl.load(prefix_ptr + token)
+        row = tl.load(row_ptr + lead).to(tl.int64)
+        prefix = tl.load(prefix_ptr + lead)
         end = tl.minimum(begin + CHUNK, num_keys)
-        m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        total = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+        m = tl.full([TILE * BLOCK_G], float("-inf"), tl.float32)
+        total = tl.zeros([TILE * BLOCK_G], tl.float32)
+        acc = tl.zeros([TILE * BLOCK_G, BLOCK_D], tl.float32)
         for start in range(begin, end, BLOCK_K):
             j = start + tl.arange(0, BLOCK_K)
             valid = j < end
@@ -69,7 +96,7 @@ def _chunk_kernel(
                 table_ptr + row * stride_table + j, mask=valid & in_table, other=0
             )
             from_path = tl.load(
-                path_ptr + token * stride_path + (j - prefix), mask=valid & (j >= prefix), other=0
+                path_ptr + lead * stride_path + (j - prefix), mask=valid & (j >= prefix), other=0
             )
             slot = tl.where(in_table, from_table, from_path).to(tl.int64)
             kv_offset = slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :]
@@ -84,10 +111,10 @@ def _chunk_kernel(
             total = total * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT)
             m = m_new
-        partial = (token * num_heads + heads) * num_chunks + chunk  # [BLOCK_H]
-        tl.store(m_ptr + partial, m, mask=head_ok)
-        tl.store(l_ptr + partial, total, mask=head_ok)
-        tl.store(acc_ptr + partial[:, None] * BLOCK_D + d[None, :], acc, mask=head_ok[:, None])
+        partial = (row_token.to(tl.int64) * num_heads + heads) * num_chunks + chunk
+        tl.store(m_ptr + partial, m, mask=row_live)
+        tl.store(l_ptr + partial, total, mask=row_live)
+        tl.store(acc_ptr + partial[:, None] * BLOCK_D + d[None, :], acc, mask=row_live[:, None])
 
 
 @triton.jit
@@ -130,6 +157,7 @@ def paged_attention(
     path: Tensor,
     out: Tensor | None = None,
     max_keys: int | None = None,
+    tile_tokens: int | None = None,
 ) -> Tensor:
     """Same arguments and result as kernels/paged_reference.paged_attention.
 
@@ -137,7 +165,10 @@ def paged_attention(
     table: [R, W]; query_row, query_len, prefix_len: [T]; path: [T, P] (P >= 1). Every query
     must have query_len >= 1 and only slots inside the pool: the caller pads with the dummy slot.
     ``max_keys``: a bound on query_len known on the host (default W + P, always one); it sizes
-    the grid and the scratch, never the numerics.
+    the grid and the scratch, never the numerics. ``tile_tokens``: the tokens are cut into
+    aligned tiles of this many (at most tokens_per_tile), and a tile whose tokens read a chunk
+    from one table row computes it once for all (a tree's nodes: give its node count, so that
+    tiles never straddle two trees). It never changes the numerics either.
     """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_pool.shape[1]
@@ -149,16 +180,18 @@ def paged_attention(
     bound = max_keys if max_keys is not None else table.shape[1] + path.shape[1]
     num_chunks = triton.cdiv(bound, CHUNK)
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 and powers of two
-    block_h = max(16, triton.next_power_of_2(group))
+    block_g = triton.next_power_of_2(group)
+    tile = tokens_per_tile(group)
+    tile_tokens = min(tile_tokens or tile, tile)
     m = torch.empty((num_tokens, num_heads, num_chunks), dtype=torch.float32, device=q.device)
     total = torch.empty_like(m)
     acc = torch.empty((*m.shape, block_d), dtype=torch.float32, device=q.device)
     _chunk_kernel[(num_tokens, num_kv_heads, num_chunks)](
         q, k_pool, v_pool, m, total, acc, table, query_row, query_len, prefix_len, path,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), table.stride(0),
-        path.stride(0), num_heads, num_chunks, head_dim**-0.5,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=block_h, BLOCK_K=BLOCK_K,
-        CHUNK=CHUNK,
+        path.stride(0), num_tokens, num_heads, num_chunks, tile_tokens, head_dim**-0.5,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_G=block_g, TILE=tile,
+        BLOCK_K=BLOCK_K, CHUNK=CHUNK,
         DOT=dot_mode(q.dtype),
     )  # fmt: skip
     _merge_kernel[(num_tokens, num_heads)](
@@ -166,6 +199,12 @@ def paged_attention(
         HEAD_DIM=head_dim, BLOCK_D=block_d, CHUNK=CHUNK,
     )  # fmt: skip
     return out
+
+
+def tokens_per_tile(group: int) -> int:
+    """Tokens in one program's block of query rows (TILE_ROWS rows of (token, query head)):
+    fixed per model, so that a row is computed by the same instruction shapes in every step."""
+    return max(1, TILE_ROWS // triton.next_power_of_2(group))
 
 
 def _check_layout(table: Tensor, *per_token: Tensor) -> None:

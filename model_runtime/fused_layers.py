@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from model_runtime import invariant
-from model_runtime.paged import PagedMetadata
+from model_runtime.paged import PagedMetadata, triton_attention
 
 
 def merge_projections(model: nn.Module) -> None:
@@ -49,7 +49,6 @@ def fused_body(
 ) -> torch.Tensor:
     """The decoder layers over embeddings x [T, hidden]; returns the last layer's output."""
     from kernels import fused_ops, layer_ops
-    from kernels import paged_attention as attention_kernel
 
     layers = model.model.layers
     residual = x
@@ -61,10 +60,7 @@ def fused_body(
         q = layer_ops.rope_and_store(
             qkv, cos, sin, meta.write_slots, k_pool, v_pool, attn.num_heads
         )
-        out = attention_kernel.paged_attention(
-            q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len,
-            meta.path, max_keys=meta.max_keys,
-        )  # fmt: skip
+        out = triton_attention(q, k_pool, v_pool, meta)
         attn_out = attn.o_proj(out.view(out.shape[0], -1))
         post = layer.post_attention_layernorm
         normed, residual = layer_ops.add_rms_norm(attn_out, residual, post.weight, post.eps)

@@ -27,6 +27,7 @@ class PagedMetadata:
     prefix_len: Tensor  # [T] how many of them are read from the table; the rest from path
     path: Tensor  # [T, P] slots of the keys past prefix_len (a tree node's ancestors + itself)
     max_keys: int | None = None  # a host-known bound on query_len: sizes the GPU kernel's grid
+    tile_tokens: int | None = None  # runs of tokens sharing a context (a tree's node count)
 
 
 def for_sequences(
@@ -77,6 +78,7 @@ def for_trees(
         query_len=keep((start + depths + 1).flatten()),
         prefix_len=keep(start.flatten()),
         path=keep(path.reshape(num_req * num_nodes, num_nodes)),
+        tile_tokens=num_nodes if real is None else None,  # flattened to real nodes: unaligned
     )
 
 
@@ -105,10 +107,18 @@ def paged_attention(
     """
     k_pool.index_copy_(0, meta.write_slots, k_new)
     v_pool.index_copy_(0, meta.write_slots, v_new)
-    args = (meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path)
     if q.is_cuda:
-        from kernels import paged_attention as kernel  # triton: imported only where it runs
-
-        return kernel.paged_attention(q, k_pool, v_pool, *args, max_keys=meta.max_keys)
+        return triton_attention(q, k_pool, v_pool, meta)
     assert _cpu_kernels is not None, "load_cpu_kernel() first"
+    args = (meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path)
     return _cpu_kernels.attention(q.contiguous(), k_pool, v_pool, *args)
+
+
+def triton_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, meta: PagedMetadata) -> Tensor:
+    """The Triton kernel (CUDA, or its interpreter in tests) over pools that hold the step's K/V."""
+    from kernels import paged_attention as kernel  # triton: imported only where it runs
+
+    return kernel.paged_attention(
+        q, k_pool, v_pool, meta.table, meta.query_row, meta.query_len, meta.prefix_len,
+        meta.path, max_keys=meta.max_keys, tile_tokens=meta.tile_tokens,
+    )  # fmt: skip

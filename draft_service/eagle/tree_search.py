@@ -174,6 +174,7 @@ def paged_tree_metadata(
         prefix_len=prefix,
         path=path.reshape(num_req * k, width).contiguous(),
         max_keys=table.shape[1] + width,  # fixed: the grid must not follow the contexts
+        tile_tokens=k,  # a request's k nodes of a level share its context
     )
 
 
