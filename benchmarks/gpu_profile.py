@@ -72,6 +72,7 @@ def profile_shape(shape: str, context: int, attention: str, merged: bool) -> dic
     verify = _verify_profile(engine, slot, length)
     return {
         "shape": shape, "attention": attention, "merged": merged, "chunk": _chunk(),
+        "tile_rows": _tile_rows(),
         "engine_step_ms": statistics.median(walls[3:]),
         "graph_replay_ms": statistics.median(replay[3:]),
         "eager_kernels": eager, "replay_kernels": graphed, "host_ops": host, **verify,
@@ -93,6 +94,12 @@ def _verify_profile(engine, slot, length: int) -> dict:
     }
 
 
+def _tile_rows() -> int:
+    from kernels import paged_attention
+
+    return paged_attention.TILE_ROWS
+
+
 def _chunk() -> int:
     from kernels import paged_attention
 
@@ -106,7 +113,12 @@ def main() -> None:
     parser.add_argument("--attention", default="paged")
     parser.add_argument("--merged", action="store_true")
     parser.add_argument("--chunk", type=int, help="paged attention's keys per split (experiment)")
+    parser.add_argument("--tile-rows", type=int, help="paged attention's rows a program")
     args = parser.parse_args()
+    if args.tile_rows:
+        from kernels import paged_attention
+
+        paged_attention.TILE_ROWS = args.tile_rows  # read at each call (experiment)
     if args.chunk:
         from kernels import paged_attention
 

@@ -17,10 +17,11 @@ Loop bounds are read on the device, so both kernels sit inside captured CUDA gra
 
 A tree's nodes share their committed context, and reading it once per node made a 16-node
 verify's attention 4.9x a decode step's on the Llama-8B shape (919 against 189 us on the H200).
-So a program's query rows are a tile of TILE_ROWS (token, head) rows: a chunk that every token
-of a tile reads from the same table row is computed once for the tile. The tile's shape is
-fixed per model, whether one of its tokens is live (a decode) or all of them (a tree), and a
-row of a tensor-core product does not depend on the other rows, so sharing keeps the bits.
+So a program's query rows are a tile of TILE_ROWS (token, head) rows, and a full chunk below
+the prefix of a tile's tokens (a tree's committed context) is computed once for the tile. The
+tile's shape is fixed per model, whether one of its tokens is live (a decode) or all of them
+(a tree), and a row of a tensor-core product does not depend on the other rows, so sharing
+keeps the bits (tests/test_paged_attention.py checks them on the GPU).
 
 bf16/fp16 inputs go to the tensor cores in their own dtype (fp32 accumulation); fp32 inputs use
 IEEE fp32 products, so an fp32 model stays fp32.
@@ -44,30 +45,27 @@ TILE_ROWS = 64  # query rows of one program, (token, head) pairs: fixed for the 
 def _chunk_kernel(
     q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, table_ptr, row_ptr, len_ptr, prefix_ptr,
     path_ptr, stride_qt, stride_qh, stride_ks, stride_kh, stride_table, stride_path,
-    num_tokens, num_heads, num_chunks, tile_tokens, scale,
+    num_tokens, num_heads, num_chunks, tile_tokens, spread, scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
     TILE: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr,
 ):  # fmt: skip
-    """Program (token, KV head, chunk). Its token's tile (``tile_tokens`` consecutive tokens)
-    shares the chunk's keys when every token of the tile reads them from one table row: then
-    the tile's first member computes the chunk for the whole tile, one load of the keys for
-    all of them, and the others skip it. Otherwise each member computes its own token."""
+    """Program (token, KV head, c). The token's tile (``tile_tokens`` consecutive tokens of one
+    table row and one prefix) shares every full chunk below the prefix: the first ``spread``
+    values of c deal those shared chunks out to the tile's members, each computing its chunks
+    for the whole tile (one load of the keys for all of them). The values past ``spread`` are
+    the token's own chunks from the last shared one on (the path's, and a partial last one)."""
     token = tl.program_id(0)
     kv_head = tl.program_id(1).to(tl.int64)
-    chunk = tl.program_id(2)
+    c = tl.program_id(2)
     member = token % tile_tokens
     first = token - member
+    shared_chunks = tl.load(prefix_ptr + first) // CHUNK  # the same for the whole tile
+    shared = c < spread
+    chunk = tl.where(shared, c * tile_tokens + member, shared_chunks + c - spread)
     begin = chunk * CHUNK
-    t = tl.arange(0, TILE)
-    in_tile = (t < tile_tokens) & (first + t < num_tokens)
-    tile_rows = tl.load(row_ptr + first + t, mask=in_tile, other=0)
-    tile_prefix = tl.load(prefix_ptr + first + t, mask=in_tile, other=2**30)
-    lowest_row = tl.min(tl.where(in_tile, tile_rows, 2**30))
-    same_row = lowest_row == tl.max(tl.where(in_tile, tile_rows, -1))
-    shared = same_row & (begin + CHUNK <= tl.min(tile_prefix))
     lead = tl.where(shared, first, token).to(tl.int64)  # whose key list the program reads
     num_keys = tl.load(len_ptr + lead)
-    if tl.where(shared, member == 0, begin < num_keys):
+    if tl.where(shared, chunk < shared_chunks, begin < num_keys):
         # Rows: (tile member, query head of this KV head's group); only the computed ones live.
         r = tl.arange(0, TILE * BLOCK_G)
         row_token = first + r // BLOCK_G
@@ -165,10 +163,10 @@ def paged_attention(
     table: [R, W]; query_row, query_len, prefix_len: [T]; path: [T, P] (P >= 1). Every query
     must have query_len >= 1 and only slots inside the pool: the caller pads with the dummy slot.
     ``max_keys``: a bound on query_len known on the host (default W + P, always one); it sizes
-    the grid and the scratch, never the numerics. ``tile_tokens``: the tokens are cut into
-    aligned tiles of this many (at most tokens_per_tile), and a tile whose tokens read a chunk
-    from one table row computes it once for all (a tree's nodes: give its node count, so that
-    tiles never straddle two trees). It never changes the numerics either.
+    the grid and the scratch, never the numerics. ``tile_tokens`` (default 1): the tokens are
+    cut into aligned tiles of this many (at most tokens_per_tile), each of one table row and
+    one prefix_len (a tree's nodes: pass its node count); a tile reads its shared chunks once
+    for all its tokens. It never changes the numerics either.
     """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_pool.shape[1]
@@ -182,14 +180,16 @@ def paged_attention(
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 and powers of two
     block_g = triton.next_power_of_2(group)
     tile = tokens_per_tile(group)
-    tile_tokens = min(tile_tokens or tile, tile)
+    tile_tokens = _aligned_tile(tile_tokens or 1, tile)
+    spread = triton.cdiv(num_chunks, tile_tokens)
+    own = triton.cdiv(CHUNK - 1 + path.shape[1], CHUNK)  # chunks from the prefix's last full one
     m = torch.empty((num_tokens, num_heads, num_chunks), dtype=torch.float32, device=q.device)
     total = torch.empty_like(m)
     acc = torch.empty((*m.shape, block_d), dtype=torch.float32, device=q.device)
-    _chunk_kernel[(num_tokens, num_kv_heads, num_chunks)](
+    _chunk_kernel[(num_tokens, num_kv_heads, spread + own)](
         q, k_pool, v_pool, m, total, acc, table, query_row, query_len, prefix_len, path,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), table.stride(0),
-        path.stride(0), num_tokens, num_heads, num_chunks, tile_tokens, head_dim**-0.5,
+        path.stride(0), num_tokens, num_heads, num_chunks, tile_tokens, spread, head_dim**-0.5,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_G=block_g, TILE=tile,
         BLOCK_K=BLOCK_K, CHUNK=CHUNK,
         DOT=dot_mode(q.dtype),
@@ -205,6 +205,15 @@ def tokens_per_tile(group: int) -> int:
     """Tokens in one program's block of query rows (TILE_ROWS rows of (token, query head)):
     fixed per model, so that a row is computed by the same instruction shapes in every step."""
     return max(1, TILE_ROWS // triton.next_power_of_2(group))
+
+
+def _aligned_tile(run: int, most: int) -> int:
+    """The largest tile of at most ``most`` tokens that divides a run, so that no tile
+    straddles two runs (two trees, or two requests' draft levels)."""
+    tile = min(run, most)
+    while run % tile:
+        tile -= 1
+    return tile
 
 
 def _check_layout(table: Tensor, *per_token: Tensor) -> None:
