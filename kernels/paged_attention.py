@@ -41,7 +41,9 @@ CHUNK = 64  # keys per split: fixed (the split is part of the numerics); 64 meas
 BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
 TILE_ROWS = 64  # query rows of one program, (token, head) pairs: fixed for the same reason
 
-@triton.jit
+# Triton compiles a variant per integer argument that is 1 or a multiple of 16: the step's
+# token count and tiling must not turn new prompt lengths into compiles in the serving path.
+@triton.jit(do_not_specialize=["num_tokens", "tile_tokens", "spread"])
 def _chunk_kernel(
     q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, table_ptr, row_ptr, len_ptr, prefix_ptr,
     path_ptr, stride_qt, stride_qh, stride_ks, stride_kh, stride_table, stride_path,
