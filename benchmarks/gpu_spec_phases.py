@@ -15,18 +15,12 @@ TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (8, 8, 64)]
 def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
     """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape, each against
     target-only on the same stack and prompts (issue: trees sized for the device)."""
-    from benchmarks.bench_gpu import stack, step_timing, throughput
+    from benchmarks.bench_gpu import stack
 
     rows = []
     for tree in TREE_SHAPES:
         with stack("bfloat16", drafter=True, attention=attention, tree=tree) as s:
-            client = Client(s.router_address)
-            throughput(client, prompts[:2], 1, 16, True)
-            before = step_timing(client, kind="speculative")
-            spec, _ = throughput(client, prompts, 1, max_new, True)
-            timing = step_timing(client, before, "speculative")
-            plain, _ = throughput(client, prompts, 1, max_new, False)
-            client.close()
+            spec, timing, plain, _ = eagle_then_target_only(s.router_address, prompts, max_new)
         row = {"tree": tree, "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
                "ratio": spec["tok_s"] / plain["tok_s"],
                "tokens_per_step": spec["tokens"] / max(timing["steps"], 1), "round_ms": timing}
@@ -64,19 +58,12 @@ def switch_batches(
 def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:
     """Batch 1, bf16, EAGLE and target-only on a default-numerics stack, then on an --exact
     one, same prompts, one run (issue: exact in bf16, what the mode costs end to end)."""
-    from benchmarks.bench_gpu import stack, step_timing, throughput
+    from benchmarks.bench_gpu import stack
 
     rows = {}
     for exact in (False, True):
         with stack("bfloat16", drafter=True, attention=attention, exact=exact) as s:
-            client = Client(s.router_address)
-            throughput(client, prompts[:2], 1, 16, True)
-            before = step_timing(client, kind="speculative")
-            spec, spec_out = throughput(client, prompts, 1, max_new, True)
-            timing = step_timing(client, before, "speculative")
-            plain, plain_out = throughput(client, prompts, 1, max_new, False)
-            client.close()
-        equal = sum(a == b for a, b in zip(spec_out, plain_out, strict=True))
+            spec, timing, plain, equal = eagle_then_target_only(s.router_address, prompts, max_new)
         rows["exact" if exact else "default"] = {
             "eagle_tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
             "round_ms": timing, "num_equal": equal,
@@ -87,3 +74,18 @@ def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:
     rows["num_prompts"] = len(prompts)
     return rows
 
+
+def eagle_then_target_only(address: str, prompts: list[list[int]], max_new: int) -> tuple:
+    """Batch 1 on a running stack: EAGLE (after a warm-up), its round timings, then
+    target-only on the same prompts, and how many outputs the two share."""
+    from benchmarks.bench_gpu import step_timing, throughput
+
+    client = Client(address)
+    throughput(client, prompts[:2], 1, 16, True)
+    before = step_timing(client, kind="speculative")
+    spec, spec_out = throughput(client, prompts, 1, max_new, True)
+    timing = step_timing(client, before, "speculative")
+    plain, plain_out = throughput(client, prompts, 1, max_new, False)
+    client.close()
+    equal = sum(a == b for a, b in zip(spec_out, plain_out, strict=True))
+    return spec, timing, plain, equal
