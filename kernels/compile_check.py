@@ -110,10 +110,13 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
                 **ptrs("*fp32", "m_ptr", "l_ptr", "acc_ptr"),
                 **ptrs("*i64", "table_ptr", "row_ptr", "len_ptr", "prefix_ptr", "path_ptr"),
                 **ptrs("i32", "stride_qt", "stride_qh", "stride_ks", "stride_kh",
-                       "stride_table", "stride_path", "num_heads", "num_chunks"),
+                       "stride_table", "stride_path", "num_tokens", "num_heads", "num_chunks",
+                       "tile_tokens", "spread"),
                 "scale": "fp32",
             }  # fmt: skip
-            constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": head_dim, "BLOCK_H": 16,
+            block_g = triton.next_power_of_2(group)
+            constexprs = {"GROUP": group, "HEAD_DIM": head_dim, "BLOCK_D": head_dim,
+                          "BLOCK_G": block_g, "TILE": paged_attention.tokens_per_tile(group),
                           "BLOCK_K": paged_attention.BLOCK_K, "CHUNK": paged_attention.CHUNK,
                           "DOT": dot_modes.NATIVE}  # fmt: skip
             found.append((f"paged attention chunks {word} group {group} dim {head_dim}",
@@ -124,7 +127,8 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
             found.append((f"paged attention merge {word} dim {head_dim}",
                           paged_attention._merge_kernel, merge,
                           {"HEAD_DIM": head_dim, "BLOCK_D": head_dim,
-                           "CHUNK": paged_attention.CHUNK}, 4))
+                           "CHUNK": paged_attention.CHUNK,
+                           "BLOCK_C": paged_attention.MERGE_BLOCK}, 4))
             rope = {**ptrs(word, "qkv_ptr", "cos_ptr", "sin_ptr"), "slots_ptr": "*i64",
                     **ptrs(word, "q_ptr", "k_pool_ptr", "v_pool_ptr"),
                     **ptrs("i32", "stride_qkv", "stride_cos", "stride_q", "stride_pool")}
