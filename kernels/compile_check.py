@@ -127,8 +127,7 @@ def model_variants() -> list[tuple[str, object, dict[str, str], dict[str, int], 
             found.append((f"paged attention merge {word} dim {head_dim}",
                           paged_attention._merge_kernel, merge,
                           {"HEAD_DIM": head_dim, "BLOCK_D": head_dim,
-                           "CHUNK": paged_attention.CHUNK,
-                           "BLOCK_C": paged_attention.MERGE_BLOCK}, 4))
+                           "CHUNK": paged_attention.CHUNK}, 4))
             rope = {**ptrs(word, "qkv_ptr", "cos_ptr", "sin_ptr"), "slots_ptr": "*i64",
                     **ptrs(word, "q_ptr", "k_pool_ptr", "v_pool_ptr"),
                     **ptrs("i32", "stride_qkv", "stride_cos", "stride_q", "stride_pool")}

@@ -40,7 +40,6 @@ CHUNK = 64  # keys per split: fixed (the split is part of the numerics); 64 meas
 # 64/128/256 on the H200 (benchmarks/results/gpu_attention_chunks_2026-12-01.jsonl)
 BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
 TILE_ROWS = 64  # query rows of one program, (token, head) pairs: fixed for the same reason
-MERGE_BLOCK = 16  # chunks the merge sums at once: fixed for the same reason
 
 # Triton compiles a variant per integer argument that is 1 or a multiple of 16: the step's
 # token count and tiling must not turn new prompt lengths into compiles in the serving path.
@@ -121,31 +120,25 @@ def _chunk_kernel(
 @triton.jit
 def _merge_kernel(
     m_ptr, l_ptr, acc_ptr, out_ptr, len_ptr, stride_ot, stride_oh, num_heads, num_chunks,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_C: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
 ):  # fmt: skip
-    """One program per (token, query head): its chunks merged BLOCK_C at a time (a fixed block,
-    summed as one tensor, the blocks in order), so the sums never depend on the step. (One
-    chunk at a time took the 8B shape's decode merges 112 us of a 4.8 ms step on the H200.)"""
+    """One program per (token, query head): its chunks merged in chunk order. (One program per
+    KV head, its group of heads at once, made the Llama-8B shape's merges 212 us a step instead
+    of 114 on the H200.)"""
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     used = tl.cdiv(tl.load(len_ptr + token), CHUNK)
     base = (token * num_heads + head) * num_chunks
-    c = tl.arange(0, BLOCK_C)
     d = tl.arange(0, BLOCK_D)
-    top = tl.full([], float("-inf"), tl.float32)
-    for first in range(0, used, BLOCK_C):
-        block = tl.load(m_ptr + base + first + c, mask=first + c < used, other=float("-inf"))
-        top = tl.maximum(top, tl.max(block, 0))
-    total = tl.zeros([], tl.float32)
+    top = tl.load(m_ptr + base)
+    for c in range(1, used):
+        top = tl.maximum(top, tl.load(m_ptr + base + c))
+    total = 0.0
     acc = tl.zeros([BLOCK_D], tl.float32)
-    for first in range(0, used, BLOCK_C):
-        live = first + c < used
-        chunks = base + first + c
-        weight = tl.exp(tl.load(m_ptr + chunks, mask=live, other=float("-inf")) - top)
-        total += tl.sum(tl.load(l_ptr + chunks, mask=live, other=0.0) * weight, 0)
-        part = tl.load(acc_ptr + chunks[:, None] * BLOCK_D + d[None, :], mask=live[:, None],
-                       other=0.0)  # fmt: skip
-        acc += tl.sum(part * weight[:, None], 0)
+    for c in range(0, used):
+        weight = tl.exp(tl.load(m_ptr + base + c) - top)
+        total += tl.load(l_ptr + base + c) * weight
+        acc += tl.load(acc_ptr + (base + c) * BLOCK_D + d) * weight
     out = acc / total
     tl.store(
         out_ptr + token * stride_ot + head * stride_oh + d, out.to(out_ptr.dtype.element_ty),
@@ -205,7 +198,7 @@ def paged_attention(
     )  # fmt: skip
     _merge_kernel[(num_tokens, num_heads)](
         m, total, acc, out, query_len, out.stride(0), out.stride(1), num_heads, num_chunks,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, CHUNK=CHUNK, BLOCK_C=MERGE_BLOCK,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, CHUNK=CHUNK,
     )  # fmt: skip
     return out
 
