@@ -27,6 +27,7 @@ from router.servicer import GenerationServicer
 from router.slot_allocator import SlotAllocator
 from router.speculation import Speculation
 from router.target_client import TargetClient
+from router.target_contract import TargetContract
 from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
@@ -99,16 +100,17 @@ async def serve(
         log.warning("--max-tree-tokens %d lowered to the target's max_tree_tokens %d",
                     config.max_tree_tokens, info.max_tree_tokens)
         config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
+    router_decode_steps = config.decode_steps
     config = dataclasses.replace(config, decode_steps=capped_steps(config.decode_steps, info))
     drafts = config.draft_addresses or config.draft_dns
     lookahead = config.max_tree_tokens if drafts else 0
 
-    def fresh_kv() -> KVManager:
-        allocator = SlotAllocator(info.num_slots)
+    def fresh_kv(num_slots: int) -> KVManager:
+        allocator = SlotAllocator(num_slots)
         retract = config.kv_policy == "retract"
         return KVManager(RadixCache(allocator), config.reserve_block, lookahead, retract)
 
-    kv = fresh_kv()
+    kv = fresh_kv(info.num_slots)
     pool = DraftPool(
         list(config.draft_addresses), config.draft_timeout_s, tls=tls,
         deadline_floor_s=config.draft_deadline_floor_s,
@@ -141,7 +143,10 @@ async def serve(
     )
     generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
     health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
-    watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], fresh_kv)
+    contract = TargetContract(
+        info, config.max_step_tokens, config.max_tree_tokens, router_decode_steps, fresh_kv
+    )
+    watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], contract)
     address = f"{config.host}:{config.port}"
     if bind(server, address, security.public_tls) == 0:
         raise SystemExit(f"router: cannot bind {address}")

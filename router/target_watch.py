@@ -2,8 +2,11 @@
 
 A background task checks the target's health (and the scheduler reports failed steps). When the
 target is lost: the router's health turns NOT_SERVING, every in-flight request ends UNAVAILABLE
-and new ones are refused UNAVAILABLE. When the target answers again: the KV bookkeeping starts
-afresh (the radix cache is dropped: the target's KV died with it) and the router serves again.
+and new ones are refused UNAVAILABLE. When the target answers again, its TargetInfo is checked
+against what the router was built on (router/target_contract.py): if it still fits, the KV
+bookkeeping starts afresh (the radix cache is dropped: the target's KV died with it), the
+router follows the new pool size and multi-step cap, and serves again; if not, it stays
+NOT_SERVING and refuses requests UNAVAILABLE with the reason.
 All request state changes happen on the scheduler's own task (``before_step``), never here.
 """
 
@@ -11,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from router.kv_manager import KVManager
+from protos import target_pb2
 from router.scheduler import Scheduler
 from router.target_client import TargetClient
+from router.target_contract import TargetContract
 
 log = logging.getLogger("splitspec.router")
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -33,16 +37,17 @@ class TargetWatch:
         target: TargetClient,
         health,  # grpc_health.v1.health.aio.HealthServicer of the public server
         service_names: Iterable[str],
-        fresh_kv: Callable[[], KVManager],
+        contract: TargetContract,
         interval_s: float = 0.25,
     ) -> None:
         self.scheduler, self.target, self.health = scheduler, target, health
         self.names = ["", *service_names]
-        self.fresh_kv, self.interval_s = fresh_kv, interval_s
+        self.contract, self.interval_s = contract, interval_s
         self.up = True
         self.num_losses = 0
         self._lost_reason: str | None = None  # for the scheduler's task to act on
-        self._recovered = False
+        self._back: target_pb2.TargetInfo | None = None  # back and fit to serve
+        self._refusal: str | None = None  # back but not fit: why
         scheduler.before_step.append(self._apply)
 
     async def run(self) -> None:
@@ -59,9 +64,8 @@ class TargetWatch:
             # Two in a row: one slow answer from a busy target must not fail every request.
             if self.up and failed_in_a_row >= LOST_AFTER_FAILED_CHECKS:
                 await self._lose(f"{failed_in_a_row} health checks failed")
-            elif not self.up and serving:
-                self._recovered = True
-                self.scheduler.wake()
+            elif not self.up and serving and self._back is None:
+                await self._came_back()
 
     async def _lose(self, reason: str) -> None:
         self.up = False
@@ -73,15 +77,31 @@ class TargetWatch:
             await self.health.set(name, NOT_SERVING)
         self.scheduler.wake()
 
+    async def _came_back(self) -> None:
+        try:
+            info = await self.target.info()
+        except grpc.aio.AioRpcError:
+            return  # not quite back: the next check asks again
+        problem = self.contract.problem(info)
+        if problem is None:
+            self._back, self._refusal = info, None
+            self.scheduler.wake()
+            return
+        message = f"target {self.target.address} came back unfit: {problem}; restart the router"
+        if message != self._refusal:
+            log.error("%s", message)
+        self._refusal = self.scheduler.target_unavailable = message
+
     async def _apply(self) -> None:
         """On the scheduler's task: end every request, or start afresh."""
         if self._lost_reason is not None:
             message = f"{self.scheduler.target_unavailable} ({self._lost_reason})"
             await self.scheduler.fail_all(message)
             self._lost_reason = None
-        if self._recovered and not self.scheduler.in_flight:
-            self.scheduler.replace_kv(self.fresh_kv())  # the radix cache pointed at dead KV
-            self._recovered, self.up = False, True
+        if self._back is not None and not self.scheduler.in_flight:
+            # The radix cache pointed at dead KV; the pool may have another size now.
+            self.scheduler.replace_kv(self.contract.adopt(self._back, self.scheduler.multi_step))
+            self._back, self.up = None, True
             self.scheduler.target_unavailable = None
             for name in self.names:
                 await self.health.set(name, SERVING)

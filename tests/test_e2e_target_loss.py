@@ -2,7 +2,9 @@
 their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE, and once
 the target is back the same router serves again, with its radix cache dropped and outputs as
 before. Then (same stack, to save a start-up) the router's graceful shutdown: SIGTERM drains
-running streams to their end, refuses new ones, and exits 0."""
+running streams to their end, refuses new ones, and exits 0. And a target that comes back with
+other settings: the router follows its pool size and multi-step cap, and refuses to serve one
+whose limits no longer fit what it was built on (router/target_contract.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
 from tests.helpers.load import SteadyLoad
 from tests.helpers.rpc import assert_slots_accounted
@@ -119,3 +122,70 @@ def graceful_shutdown(stack, reqs) -> tuple[list, grpc.RpcError, int | None]:
     except subprocess.TimeoutExpired:
         code = None
     return records, refused.value, code
+
+
+def test_target_back_with_other_settings(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
+) -> None:
+    prompts = random_prompts(seed=5, count=3, vocab_size=49152, max_len=30)
+    short = [ids_request(p, 20, False, ignore_eos=True) for p in prompts]
+    log_dir = tmp_path_factory.mktemp("target-settings")
+    with running_stack(log_dir, tiny_model_dir, target_args=["--decode-steps", "4"]) as (
+        stack,
+        router,
+    ):
+        first_steps = router.status().decode_steps
+        reference = [s.token_ids for s in router.generate_many(short)]
+        context = router_model_info(stack.router_address).max_context_length
+        command = list(stack.target.command)
+
+        restart_target(stack, command + ["--decode-steps", "2", "--num-slots", "3000"])
+        wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
+        followed = router.status()
+        again = [s.token_ids for s in router.generate_many(short)]
+
+        restart_target(stack, command + ["--max-context", str(context // 2)])
+        refusal = wait_for_refusal(router, short[0])
+        unfit_health = router_health(stack.router_address)
+
+        restart_target(stack, command)
+        wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
+        restored = router.status()
+        last = [s.token_ids for s in router.generate_many(short)]
+
+    assert first_steps == 4
+    assert (followed.decode_steps, followed.num_total_slots) == (2, 3000)
+    assert followed.num_free_slots == 3000 and again == reference
+    assert refusal.code() == grpc.StatusCode.UNAVAILABLE
+    assert "came back unfit" in refusal.details() and "max_context_length" in refusal.details()
+    assert unfit_health != SERVING
+    assert restored.decode_steps == 4 and last == reference
+    assert_slots_accounted(restored)
+
+
+def restart_target(stack, command: list[str]) -> None:
+    """SIGKILL the target, wait until the router has noticed, start it with ``command``."""
+    stack.target.kill()
+    wait_for(lambda: router_health(stack.router_address) != SERVING, 10, "still SERVING")
+    stack.target.command = command  # argparse: the last value of a repeated flag wins
+    stack.target.start()
+    stack.target.wait_healthy(120)
+
+
+def wait_for_refusal(router, request, timeout_s: float = 30.0) -> grpc.RpcError:
+    """The router's refusal once it has checked the returned target (a plain "unavailable"
+    until then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with pytest.raises(grpc.RpcError) as refused:
+            router.generate(request, timeout_s=10)
+        if "came back" in refused.value.details() or time.monotonic() > deadline:
+            return refused.value
+        time.sleep(0.1)
+
+
+def router_model_info(address: str) -> pb.ModelInfo:
+    with grpc.insecure_channel(address) as channel:
+        stub = generation_pb2_grpc.GenerationStub(channel)
+        return stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=5)
+
