@@ -92,6 +92,9 @@ def test_killed_and_hung_replicas_fail_nothing_and_stall_nothing(
         try:
             stopped_at, resumed_at = inject_faults(stack, router)
             time.sleep(1.0)
+            # Two generations of streams at least (a loaded CI box once fitted only 96 in the
+            # faults' fixed time): waited for, not hoped for.
+            wait_for(lambda: len(load.records) >= 2 * CONCURRENCY, 60, "load stalled")
         finally:
             records = load.stop()
         stack.wait_drafts_serving(60)  # B is re-admitted after it resumed
