@@ -1,5 +1,6 @@
 """The whole stack on CUDA (default model, fp32, decode graphs and fused kernels on): greedy
-output with EAGLE speculation equals target-only output, token for token. Skipped without a GPU.
+output with EAGLE speculation equals target-only output, token for token, with the drafter on
+the GPU and with it on the CPU beside a GPU target (mixed placement). Skipped without a GPU.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ PROMPTS = [
 
 
 def test_fp32_speculation_equals_target_only_on_cuda(tmp_path) -> None:
+    _speculation_equals_target_only(tmp_path, "cuda")
+
+
+def test_a_cpu_drafter_serves_a_cuda_target(tmp_path) -> None:
+    """The draft replica on the CPU takes the GPU target's hidden rows (fp32 off the device)."""
+    _speculation_equals_target_only(tmp_path, "cpu")
+
+
+def _speculation_equals_target_only(tmp_path, draft_device: str) -> None:
     target = ["--device", "cuda", "--dtype", "float32"]
-    drafts = [["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]]
+    drafts = [["--method", "eagle", "--device", draft_device, "--dtype", "bfloat16"]]
     with LocalStack(target, [], log_dir=tmp_path, draft_args=drafts) as stack:
         router = Router(stack.router_address)
         for prompt in PROMPTS:
