@@ -7,7 +7,9 @@ the data wheels: `python -m benchmarks.bench_gpu --write-prompts PROMPTS.json`).
 target-only tok/s through router + target processes (public gRPC) at batch 1, 8 and 32, with
 and without the target's CUDA graphs; HF eager and HF with a static cache and one CUDA graph per
 decode step, batch 1; speculation (EAGLE) against target-only with outputs compared, in fp32
-and bf16, the target's top-two logit gap at each first difference; bf16 speculation on against
+and bf16, the target's top-two logit gap at each first difference; EAGLE by tree shape, and
+per prompt set (held-out ShareGPT, HumanEval, the short instructions of
+benchmarks/data/short_instructions.json: acceptance and speed); bf16 speculation on against
 off in batches of each --batches size (1, 8, 32) whose composition differs between the runs
 (`--exact` runs that target with batch-invariant numerics); in-process step times of the
 default model and of a Llama-3.1-8B shape against the HBM floor.
@@ -223,6 +225,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                 "bfloat16", gguf, args.attention)),
         ("tree_shapes", lambda: gpu_spec_phases.tree_shapes(prompts[:8],
                                                             args.max_new_tokens, args.attention)),
+        ("prompt_sets", lambda: gpu_spec_phases.prompt_sets(
+            prompt_set_ids(args.prompts, args.num_bf16), args.max_new_tokens, args.attention,
+            [(5, 4, 16), (8, 8, 64)])),
         ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
                                                           [4, 16, 64], args.attention)),
         ("exact_cost", lambda: gpu_spec_phases.exact_cost(prompts[: args.num_bf16],
@@ -249,6 +254,18 @@ def _gpu_name() -> str:
     import torch
 
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+
+
+INSTRUCTIONS = Path(__file__).parent / "data" / "short_instructions.json"
+
+
+def prompt_set_ids(path: Path, count: int) -> dict[str, list[list[int]]]:
+    """The first ``count`` prompts of each set: the file's ShareGPT and HumanEval ones, and
+    the hand-written short instructions kept in the repo (benchmarks/data)."""
+    texts = json.loads(path.read_text())
+    texts["instructions"] = json.loads(INSTRUCTIONS.read_text())["prompts"]
+    names = ("sharegpt_heldout", "humaneval", "instructions")
+    return {name: chat_ids(texts[name][:count]) for name in names}
 
 
 def write_prompts(path: Path) -> None:

@@ -29,6 +29,28 @@ def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[
     return rows
 
 
+def prompt_sets(
+    sets: dict[str, list[list[int]]], max_new: int, attention: str, trees: list[tuple]
+) -> list[dict]:
+    """Batch 1, bf16: EAGLE against target-only and tokens per verify step, per prompt set
+    (held-out ShareGPT, HumanEval, short instructions) and tree shape, one stack a tree."""
+    from benchmarks.bench_gpu import stack
+
+    rows = []
+    for tree in trees:
+        with stack("bfloat16", drafter=True, attention=attention, tree=tree) as s:
+            for name, prompts in sets.items():
+                spec, timing, plain, equal = eagle_then_target_only(
+                    s.router_address, prompts, max_new
+                )
+                row = {"tree": tree, "prompt_set": name, "num_prompts": len(prompts),
+                       "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
+                       "ratio": spec["tok_s"] / plain["tok_s"],
+                       "tokens_per_step": spec["tokens"] / max(timing["steps"], 1),
+                       "num_equal": equal, "round_ms": timing}  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
 
 
 def switch_batches(
