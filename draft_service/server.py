@@ -82,11 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=METHODS,
         help="scripted and recording are for tests only",
     )
-    parser.add_argument("--num-steps", type=int, default=5, help="tree depth (draft steps)")
-    parser.add_argument("--topk", type=int, default=4, help="children expanded per node")
-    parser.add_argument(
-        "--num-draft-tokens", type=int, default=16, help="most nodes of a tree, root included"
-    )
+    tree = "default by device: 5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA"
+    parser.add_argument("--num-steps", type=int, help=f"tree depth (draft steps); {tree}")
+    parser.add_argument("--topk", type=int, help=f"children expanded per node; {tree}")
+    parser.add_argument("--num-draft-tokens", type=int, help=f"most nodes, root included; {tree}")
     parser.add_argument(
         "--device", default=None, help="default: cuda when available for eagle, else cpu"
     )
@@ -128,18 +127,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# (steps, topk, tokens) where the flags leave them out. On the H200 a 64-node verify costs about
+# what a 16-node one does and a bigger tree accepts more: 3.04 against 2.55 tokens a round,
+# 0.46x against 0.42x target-only (benchmarks/results/gpu_tree_shapes_2026-12-01.json).
+CPU_TREE = (5, 4, 16)
+CUDA_EAGLE_TREE = (8, 8, 64)
+
+
 def config_from_args(args: argparse.Namespace) -> DraftConfig:
     device = args.device
     if device is None:
         device = "cuda" if args.method == "eagle" and torch.cuda.is_available() else "cpu"
+    on_gpu = args.method == "eagle" and device.startswith("cuda")
+    defaults = CUDA_EAGLE_TREE if on_gpu else CPU_TREE
+    given = (args.num_steps, args.topk, args.num_draft_tokens)
+    num_steps, topk, num_draft_tokens = (
+        g if g is not None else d for g, d in zip(given, defaults, strict=True)
+    )
     return DraftConfig(
         method=args.method,
         cache_dir=args.cache_dir or default_cache_dir(),
         host=args.host,
         port=args.port,
-        num_steps=args.num_steps,
-        topk=args.topk,
-        num_draft_tokens=args.num_draft_tokens,
+        num_steps=num_steps,
+        topk=topk,
+        num_draft_tokens=num_draft_tokens,
         device=device,
         dtype=resolve_dtype(args.dtype, device),
         model_path=args.model,

@@ -99,15 +99,12 @@ def _draft_args(args: argparse.Namespace) -> list[list[str]]:
     method = draft_method(args)
     if method == "off":
         return []
+    tree = {"--num-steps": args.num_steps, "--topk": args.topk,
+            "--num-draft-tokens": args.num_draft_tokens}  # fmt: skip
     shape = [
         "--method",
         method,
-        "--num-steps",
-        str(args.num_steps),
-        "--topk",
-        str(args.topk),
-        "--num-draft-tokens",
-        str(args.num_draft_tokens),
+        *(arg for flag, value in tree.items() if value is not None for arg in (flag, str(value))),
         "--device",
         args.device,
         "--dtype",
@@ -178,9 +175,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the router speculates only where it measures speculation faster "
                    "than target-only steps, per batch size (see the router's flag)")
     p.add_argument("--num-draft-replicas", type=int, default=1)
-    p.add_argument("--num-steps", type=int, default=5, help="draft tree depth")
-    p.add_argument("--topk", type=int, default=4, help="children expanded per draft step")
-    p.add_argument("--num-draft-tokens", type=int, default=16, help="tree nodes, root included")
+    tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
+    p.add_argument("--num-steps", type=int, help=f"draft tree depth; {tree}")
+    p.add_argument("--topk", type=int, help=f"children expanded per draft step; {tree}")
+    p.add_argument("--num-draft-tokens", type=int, help=f"tree nodes, root included; {tree}")
     p.add_argument("--eagle-head", type=Path, default=None, help="trained EAGLE head folder")
     p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
     p.add_argument("--demo-prompt", default=DEMO_PROMPT)

@@ -261,3 +261,15 @@ def test_security_values_without_material_are_refused() -> None:
 def test_the_values_schema_refuses_bad_values(values: dict, where: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=where):
         render(values)
+
+
+def test_the_draft_tree_is_left_to_the_service_unless_set() -> None:
+    """0 (the default) passes no tree flag, so a draft pod gets its device's default shape."""
+    args = service_args(render(profile("gpu-eagle-drafts-hpa")), "draft")
+    assert not {"--num-steps", "--topk", "--num-draft-tokens"} & set(args)
+    values = profile("gpu-eagle-drafts-hpa")
+    values["draft"].update(numSteps=6, topk=6, numDraftTokens=32)
+    args = service_args(render(values), "draft")
+    assert [flag(args, f) for f in ("--num-steps", "--topk", "--num-draft-tokens")] == [
+        "6", "6", "32"
+    ]

@@ -59,3 +59,23 @@ def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
     assert draft_method(serve_args("--device", "cuda")) == "off"
     assert draft_method(serve_args("--device", "cuda:1")) == "off"
     assert draft_method(serve_args("--device", "cuda", "--draft-method", "eagle")) == "eagle"
+
+
+def draft_config(*argv: str):
+    from draft_service.server import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(list(argv)))
+
+
+def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
+    shape = lambda c: (c.num_steps, c.topk, c.num_draft_tokens)  # noqa: E731
+    assert shape(draft_config("--method", "eagle", "--device", "cpu")) == (5, 4, 16)
+    assert shape(draft_config("--method", "ngram", "--device", "cuda")) == (5, 4, 16)
+    on_gpu = draft_config("--method", "eagle", "--device", "cuda", "--topk", "6")
+    assert shape(on_gpu) == (8, 6, 64)  # the CUDA default, the given flag kept
+    replica = _draft_args(serve_args())[0]
+    assert "--num-steps" not in replica  # serve leaves the shape to the draft service...
+    given = _draft_args(serve_args("--num-draft-tokens", "9"))[0]
+    assert given[given.index("--num-draft-tokens") + 1] == "9"  # ...unless told

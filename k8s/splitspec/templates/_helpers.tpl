@@ -65,7 +65,10 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 
 {{- define "splitspec.draftArgs" -}}
 {{- $d := .Values.draft -}}
---host 0.0.0.0 --port {{ int $d.port }} --method {{ $d.method }} --device {{ $d.device }} --dtype {{ $d.dtype }} --threads {{ int $d.threads }} --num-steps {{ int $d.numSteps }} --topk {{ int $d.topk }} --num-draft-tokens {{ int $d.numDraftTokens }}
+--host 0.0.0.0 --port {{ int $d.port }} --method {{ $d.method }} --device {{ $d.device }} --dtype {{ $d.dtype }} --threads {{ int $d.threads }}
+{{- if $d.numSteps }} --num-steps {{ int $d.numSteps }}{{ end }}
+{{- if $d.topk }} --topk {{ int $d.topk }}{{ end }}
+{{- if $d.numDraftTokens }} --num-draft-tokens {{ int $d.numDraftTokens }}{{ end }}
 {{- include "splitspec.modelArgs" . }}
 {{- if $d.eagleHead }} --eagle-head {{ $d.eagleHead | quote }}{{ end }}
 {{- range $d.extraArgs }} {{ . | quote }}{{ end }}
