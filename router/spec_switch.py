@@ -8,18 +8,19 @@ a greedy output; only the speed moves.
 
 * A rate is the median of the newest WINDOW clean measurements, those of the mode not in use
   from its latest probe only: one slow step (a first graph replay, a collection) does not
-  decide a bucket, and a drafter that got better is seen at the next probe. Clean means decode-only and no drafter
-  catch-up in the step: those costs are a transition's, not the mode's.
+  decide a bucket, and a drafter that got better is seen at the next probe. Clean means
+  decode-only and no drafter catch-up in the step: those costs are a transition's, not the
+  mode's.
 * Hysteresis, asymmetric on purpose: speculation starts only when it measures ON_ABOVE times
   target-only and stops once it is no longer OFF_BELOW times it, so the switch never keeps a
   mode it measured losing, and two close rates do not flip it every step.
 * Learning: a new bucket starts in its nearest decided neighbour's mode (none yet: the mode the
   batch runs in now, which costs no transition), takes MIN_SAMPLES of it, then probes the other
   mode at once. Probes recur after ``probe_after`` steps in the bucket, doubling from
-  FIRST_PROBE_AFTER to MAX_PROBE_AFTER while they confirm the mode (reset by a switch). A probe
-  wants PROBE_STEPS clean steps of the other mode and lasts PROBE_BUDGET steps at most (a
-  probe of speculation first catches the drafters up, which takes steps at large batches), so
-  probing costs at most PROBE_BUDGET / probe_after of a bucket's steps.
+  FIRST_PROBE_AFTER to MAX_PROBE_AFTER. A probe wants PROBE_STEPS clean steps of the other
+  mode (one, when it is CLEAR) and lasts PROBE_BUDGET steps at most (a probe of speculation
+  first catches the drafters up, which takes steps at large batches), so probing costs at most
+  PROBE_BUDGET / probe_after of a bucket's steps.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from protos import generation_pb2 as pb
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WINDOW = 8  # newest clean measurements kept per mode
-MIN_SAMPLES = 3  # of the bucket's first mode before its first probe
-PROBE_STEPS = 3  # clean measurements a probe collects
+MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
+PROBE_STEPS = 3  # clean measurements a probe collects, unless the first one is CLEAR
+CLEAR = 2.0  # a probe's first step this many times faster or slower than the mode ends it
 PROBE_BUDGET = 16  # steps a probe may last, measured or not
 FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, doubling while they confirm
 MAX_PROBE_AFTER = 512
@@ -98,15 +100,21 @@ class _Bucket:
     def _probe_step(self, measured: bool) -> None:
         self.probe_left -= measured
         self.probe_budget -= 1
-        if self.probe_left and self.probe_budget > 0:
+        if self.probe_left and self.probe_budget > 0 and not self._clear():
             return
         other = not self.speculating
         if not self.samples[other]:  # nothing clean came: the old evidence stands
             self.samples[other] = self._stale
         self.probe_left, self.since_probe = 0, 0
-        switched = self._settle()
-        self.probe_after = (
-            FIRST_PROBE_AFTER if switched else min(2 * self.probe_after, MAX_PROBE_AFTER)
+        self._settle()
+        self.probe_after = min(2 * self.probe_after, MAX_PROBE_AFTER)
+
+    def _clear(self) -> bool:
+        """Whether the probe's steps so far already differ from the mode in use by CLEAR:
+        more of them would not change the verdict, only cost."""
+        probed, held = self.rate(not self.speculating), self.rate(self.speculating)
+        return (
+            probed is not None and held is not None and not (held / CLEAR < probed < held * CLEAR)
         )
 
     def _settle(self) -> bool:

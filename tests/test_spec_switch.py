@@ -20,8 +20,14 @@ from router.spec_switch import (
 Rate = Callable[[bool], float]
 
 
-def run_steps(switch: SpeculationSwitch, steps: int, spec_tok_s: float, plain_tok_s: float,
-              batch: int = 1, clean: bool = True) -> list[bool]:
+def run_steps(
+    switch: SpeculationSwitch,
+    steps: int,
+    spec_tok_s: float,
+    plain_tok_s: float,
+    batch: int = 1,
+    clean: bool = True,
+) -> list[bool]:
     """Steps as the scheduler runs them: ask, then record that mode's measured rate."""
     modes = []
     for _ in range(steps):
@@ -45,16 +51,16 @@ def test_disabled_always_speculates() -> None:
 def test_a_losing_mode_is_left_after_a_few_steps_and_probed_ever_less() -> None:
     switch = SpeculationSwitch(enabled=True)
     modes = run_steps(switch, 3000, spec_tok_s=40, plain_tok_s=100)
-    # Measures speculation, probes target-only at once, and stays there.
-    first = MIN_SAMPLES + PROBE_STEPS
-    assert modes[:first] == [True] * MIN_SAMPLES + [False] * PROBE_STEPS
+    # Measures speculation, probes target-only at once (2.5x: CLEAR in one step), stays there.
+    first = MIN_SAMPLES + 1
+    assert modes[:first] == [True] * MIN_SAMPLES + [False]
     assert not any(modes[first : first + FIRST_PROBE_AFTER])
-    # Probes come back, each PROBE_STEPS long, ever further apart.
+    # Probes come back, one step each (CLEAR again), ever further apart.
     probe_starts = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]
     gaps = [b - a for a, b in zip(probe_starts, probe_starts[1:], strict=False)]
     assert gaps == sorted(gaps) and gaps[-1] >= MAX_PROBE_AFTER, gaps
-    assert sum(modes[first:]) <= PROBE_STEPS * len(probe_starts)
-    assert sum(modes[-1000:]) <= 2 * PROBE_STEPS  # probing costs well under 1% by now
+    assert sum(modes[first:]) == len(probe_starts)
+    assert sum(modes[-1000:]) <= 2  # probing costs well under 1% by now
     b = bucket(switch, 1)
     assert (b.speculating, b.speculative_tok_s, b.target_only_tok_s) == (False, 40, 100)
     assert switch.num_switches == 1 and b.num_probes == len(probe_starts) + 1
@@ -64,6 +70,16 @@ def test_a_winning_drafter_keeps_speculating() -> None:
     switch = SpeculationSwitch(enabled=True)
     modes = run_steps(switch, 500, spec_tok_s=300, plain_tok_s=100)
     assert switch.num_switches == 0 and sum(modes) >= 500 - 5 * PROBE_STEPS
+
+
+def test_a_close_call_is_probed_for_longer() -> None:
+    """Rates within CLEAR of each other: a probe takes PROBE_STEPS clean steps to decide."""
+    switch = SpeculationSwitch(enabled=True)
+    modes = run_steps(switch, 20, spec_tok_s=70, plain_tok_s=100)
+    assert modes[: MIN_SAMPLES + PROBE_STEPS + 1] == [True] * MIN_SAMPLES + [False] * (
+        PROBE_STEPS + 1
+    )
+    assert not bucket(switch, 1).speculating
 
 
 def test_speculation_slightly_slower_is_switched_off() -> None:
@@ -89,7 +105,7 @@ def test_a_drafter_that_gets_better_is_switched_back_on() -> None:
     run_steps(switch, 100, spec_tok_s=40, plain_tok_s=100)
     modes = run_steps(switch, 300, spec_tok_s=300, plain_tok_s=100)
     # Back on at the next probe, whose own steps outweigh the slow ones of earlier probes.
-    assert all(modes[modes.index(True) :][: FIRST_PROBE_AFTER])
+    assert all(modes[modes.index(True) :][:FIRST_PROBE_AFTER])
     assert modes.index(True) <= 2 * FIRST_PROBE_AFTER + PROBE_STEPS
     assert sum(modes[-100:]) >= 100 - PROBE_STEPS and switch.num_switches == 2
 
@@ -150,6 +166,6 @@ def test_status_reports_each_bucket() -> None:
     assert status.enabled and status.num_switches == 1 and status.num_probes == 2
     (b,) = status.buckets
     assert (b.batch_size, b.speculating, b.num_switches, b.num_probes) == (4, False, 1, 2)
-    spec_steps = MIN_SAMPLES + PROBE_STEPS  # the first steps, then a probe 16 steps later
+    spec_steps = MIN_SAMPLES + 1  # the first steps, then a probe 16 steps later, CLEAR at once
     assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 40 - spec_steps)
     assert not b.probing
