@@ -59,3 +59,8 @@ def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
     assert draft_method(serve_args("--device", "cuda")) == "off"
     assert draft_method(serve_args("--device", "cuda:1")) == "off"
     assert draft_method(serve_args("--device", "cuda", "--draft-method", "eagle")) == "eagle"
+
+
+def test_serve_lets_the_router_switch_speculation_off_where_it_loses() -> None:
+    assert serve_args().adaptive_speculation
+    assert not serve_args("--no-adaptive-speculation").adaptive_speculation
