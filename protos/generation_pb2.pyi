@@ -267,23 +267,35 @@ class StepTiming(_message.Message):
     def __init__(self, steps: _Optional[int] = ..., step_ms: _Optional[float] = ..., target_call_ms: _Optional[float] = ..., target_compute_ms: _Optional[float] = ..., draft_call_ms: _Optional[float] = ..., draft_compute_ms: _Optional[float] = ...) -> None: ...
 
 class SpeculationSwitchBucket(_message.Message):
-    __slots__ = ("batch_size", "speculative_tok_s", "target_only_tok_s", "speculating")
+    __slots__ = ("batch_size", "speculative_tok_s", "target_only_tok_s", "speculating", "speculative_steps", "target_only_steps", "probing", "num_probes", "num_switches")
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_TOK_S_FIELD_NUMBER: _ClassVar[int]
     TARGET_ONLY_TOK_S_FIELD_NUMBER: _ClassVar[int]
     SPECULATING_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ONLY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    PROBING_FIELD_NUMBER: _ClassVar[int]
+    NUM_PROBES_FIELD_NUMBER: _ClassVar[int]
+    NUM_SWITCHES_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     speculative_tok_s: float
     target_only_tok_s: float
     speculating: bool
-    def __init__(self, batch_size: _Optional[int] = ..., speculative_tok_s: _Optional[float] = ..., target_only_tok_s: _Optional[float] = ..., speculating: _Optional[bool] = ...) -> None: ...
+    speculative_steps: int
+    target_only_steps: int
+    probing: bool
+    num_probes: int
+    num_switches: int
+    def __init__(self, batch_size: _Optional[int] = ..., speculative_tok_s: _Optional[float] = ..., target_only_tok_s: _Optional[float] = ..., speculating: _Optional[bool] = ..., speculative_steps: _Optional[int] = ..., target_only_steps: _Optional[int] = ..., probing: _Optional[bool] = ..., num_probes: _Optional[int] = ..., num_switches: _Optional[int] = ...) -> None: ...
 
 class SpeculationSwitchStatus(_message.Message):
-    __slots__ = ("enabled", "num_switches", "buckets")
+    __slots__ = ("enabled", "num_switches", "buckets", "num_probes")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     NUM_SWITCHES_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PROBES_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     num_switches: int
     buckets: _containers.RepeatedCompositeFieldContainer[SpeculationSwitchBucket]
-    def __init__(self, enabled: _Optional[bool] = ..., num_switches: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[SpeculationSwitchBucket, _Mapping]]] = ...) -> None: ...
+    num_probes: int
+    def __init__(self, enabled: _Optional[bool] = ..., num_switches: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[SpeculationSwitchBucket, _Mapping]]] = ..., num_probes: _Optional[int] = ...) -> None: ...

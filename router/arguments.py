@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--adaptive-speculation", action="store_true",
         help="per batch size, speculate only while speculative rounds measure faster than "
-        "target-only steps (both are probed now and then; outputs do not change)",
+        "target-only steps (tok/s over each step's wall time; both are probed now and then; "
+        "outputs do not change; `splitspec serve` turns it on)",
     )
     parser.add_argument(
         "--kv-policy", choices=["reserve", "retract"], default="reserve",

@@ -73,7 +73,7 @@ class Scheduler:
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
         self.switch = SpeculationSwitch(config.adaptive_speculation)
         self.timings = StepTimings()
-        self._speculate_next = True  # the switch's choice for the coming step
+        self._switch_batch = 0  # the batch size the switch chose this step's mode for (0: none)
         self.multi_step = MultiStep(config.decode_steps)
 
     # ---- called by the servicer ---------------------------------------------------------
@@ -131,10 +131,13 @@ class Scheduler:
 
     async def step(self) -> None:
         clock = StepClock()
+        speculate = self._speculate()
+        # Catching drafters up belongs to the step it readies: its time is the mode's cost.
+        caught_up = speculate and await self._catch_up()
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
         with clock.span("draft"):
-            trees = await self._propose(plan)
+            trees = await self._propose(plan) if speculate else {}
         plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
@@ -158,39 +161,46 @@ class Scheduler:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
         clock.target_compute_ms = sum(r.forward_ms for r in (forward_reply, verify_reply) if r)
         clock.draft_compute_ms = self.spec.last_draft_compute_ms if trees else 0.0
-        self._measure(plan, bool(trees), clock, emitted)
         await self._finish(done)
-        self._speculate_next = self.switch.speculate_next(self._num_decoding())
-        if not self._overloaded():
-            await self.spec.catch_up([r for r in self.running if self.spec.needs_sync(r)])
+        self._measure(plan, bool(trees), clock, emitted, clean=not caught_up)
 
     def _measure(
-        self, plan: list[Planned], speculative: bool, clock: StepClock, emitted: int
+        self, plan: list[Planned], speculative: bool, clock: StepClock, emitted: int, clean: bool
     ) -> None:
-        """A decode-only step's committed tokens and times: the speculation switch's input,
-        and GetServerStatus's step timings."""
+        """A decode-only step's committed tokens over its whole wall time (RPCs, commit,
+        streaming, releases): the speculation switch's input, and GetServerStatus's step
+        timings."""
         if plan and not any(p.prefill for p in plan):
             tokens = sum(len(p.req.output_ids) for p in plan) - emitted
             seconds = time.perf_counter() - clock.started
-            self.switch.record(len(plan), speculative, tokens, seconds)
+            if self._switch_batch:
+                self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
             self.timings.record(speculative, clock)
 
     def _num_decoding(self) -> int:
         return sum(not r.is_prefilling for r in self.running)
 
-    def _overloaded(self) -> bool:
-        """Target-only steps: under load a wider batch beats longer trees
-        (--max-speculative-batch), and where the switch measured speculation losing."""
+    def _speculate(self) -> bool:
+        """Whether this step speculates: not under load, where a wider batch beats longer
+        trees (--max-speculative-batch), nor where the switch measured speculation losing."""
         num_decoding = self._num_decoding()
-        return num_decoding > self.config.max_speculative_batch or not self._speculate_next
+        wanted = any(self.spec.wanted(r) for r in self.running if not r.is_prefilling)
+        asked = wanted and num_decoding <= self.config.max_speculative_batch
+        self._switch_batch = num_decoding if asked else 0
+        return asked and self.switch.speculate_next(num_decoding)
+
+    async def _catch_up(self) -> bool:
+        """Re-ingests drafters that fell behind; returns whether any did."""
+        behind = [r for r in self.running if self.spec.needs_sync(r)]
+        if behind:
+            await self.spec.catch_up(behind)
+        return bool(behind)
 
     @staticmethod
     async def _maybe(call, items):
         return await call(items) if items else None
 
     async def _propose(self, plan: list[Planned]) -> dict:
-        if self._overloaded():
-            return {}
         ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]
         return await self.spec.propose(ready) if ready else {}
 

@@ -171,9 +171,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="torch threads of each draft replica (0: torch's default, all cores; the "
         "target and the drafter take turns, so both may use every core)",
     )
-    p.add_argument("--adaptive-speculation", action="store_true",
+    p.add_argument("--adaptive-speculation", action=argparse.BooleanOptionalAction,
+                   default=True,
                    help="the router speculates only where it measures speculation faster "
-                   "than target-only steps, per batch size (see the router's flag)")
+                   "than target-only steps, per batch size (see the router's flag); "
+                   "--no-adaptive-speculation: speculate wherever a request allows it")
     p.add_argument("--num-draft-replicas", type=int, default=1)
     tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
     p.add_argument("--num-steps", type=int, help=f"draft tree depth; {tree}")

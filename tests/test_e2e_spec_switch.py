@@ -2,7 +2,9 @@
 head on the tiny model) the router measures speculative rounds losing to target-only steps and
 switches speculation off at that batch size, probing it now and then; greedy outputs stay
 exactly target-only's. The same stack's GetServerStatus shows where both kinds of step spent
-their time. (router/spec_switch.py; its unit tests: tests/test_spec_switch.py.)
+their time. At batch 4 on a target that runs 4 decode steps per Forward, the switched-off mode
+is target-only's own: multi-step Forwards. (router/spec_switch.py; its unit tests:
+tests/test_spec_switch.py.)
 """
 
 from __future__ import annotations
@@ -49,3 +51,30 @@ def test_a_losing_drafter_is_switched_off_and_outputs_do_not_change(
     # The drafter's own measure of its work, reported in its replies, fits inside the call.
     assert 0 < speculative.draft_compute_ms < speculative.draft_call_ms
     assert plain.draft_compute_ms == 0
+
+
+def test_switched_off_steps_are_target_only_multi_step_forwards(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Four concurrent streams that speculate where the router finds it pays, then the same
+    four target-only: the switch learns the batch-4 bucket within a few steps, its off steps
+    run 4 decode steps per Forward like target-only's, and the outputs are target-only's."""
+    prompts = random_prompts(seed=5, count=4, vocab_size=49152, max_len=40)
+    target_args = ["--decode-steps", "4"]
+    router_args = ["--adaptive-speculation"]
+    stack_args = (tmp_path, tiny_model_dir, [RANDOM_HEAD], target_args, router_args)
+    with running_stack(*stack_args) as (_, router):
+        auto = router.generate_many([ids_request(p, 160, True, ignore_eos=True) for p in prompts])
+        forwards = router.status().multi_step_forwards
+        base = router.generate_many([ids_request(p, 160, False, ignore_eos=True) for p in prompts])
+        status = router.status()
+    for i, (a, b) in enumerate(zip(auto, base, strict=True)):
+        assert a.token_ids == b.token_ids and len(a.token_ids) == 160, f"prompt {i}"
+    switch = status.speculation_switch
+    four = next(b for b in switch.buckets if b.batch_size == 4)
+    assert not four.speculating and four.speculative_steps >= 3 and four.target_only_steps >= 3
+    assert 0 < four.speculative_tok_s < four.target_only_tok_s and four.num_probes >= 1
+    # A few rounds to learn; then 4 tokens per request per Forward, as target-only gets.
+    rounds = sum(a.final.speculation.verify_steps for a in auto)
+    assert 0 < rounds <= 4 * 12, rounds
+    assert forwards >= 160 / 4 / 2, forwards

@@ -79,3 +79,8 @@ def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
     assert "--num-steps" not in replica  # serve leaves the shape to the draft service...
     given = _draft_args(serve_args("--num-draft-tokens", "9"))[0]
     assert given[given.index("--num-draft-tokens") + 1] == "9"  # ...unless told
+
+
+def test_serve_lets_the_router_switch_speculation_off_where_it_loses() -> None:
+    assert serve_args().adaptive_speculation
+    assert not serve_args("--no-adaptive-speculation").adaptive_speculation

@@ -1,21 +1,45 @@
-"""router/spec_switch.py: which mode the switch picks from measured rates, with hysteresis and
-probes (pure logic, measured rates given by hand; the real stack: test_e2e_spec_switch.py)."""
+"""router/spec_switch.py: which mode the switch picks from measured rates, with hysteresis,
+early and backed-off probes, neighbours' evidence and robust rates (pure logic, rates given by
+hand; the real stack: test_e2e_spec_switch.py)."""
 
 from __future__ import annotations
 
-from router.spec_switch import MARGIN, PROBE_EVERY, SpeculationSwitch
+from collections.abc import Callable
+
+from router.spec_switch import (
+    FIRST_PROBE_AFTER,
+    MAX_PROBE_AFTER,
+    MIN_SAMPLES,
+    OFF_BELOW,
+    ON_ABOVE,
+    PROBE_BUDGET,
+    PROBE_STEPS,
+    SpeculationSwitch,
+)
+
+Rate = Callable[[bool], float]
 
 
-def run_steps(switch: SpeculationSwitch, steps: int, spec_tok_s: float, plain_tok_s: float,
-              batch: int = 1) -> list[bool]:
+def run_steps(
+    switch: SpeculationSwitch,
+    steps: int,
+    spec_tok_s: float,
+    plain_tok_s: float,
+    batch: int = 1,
+    clean: bool = True,
+) -> list[bool]:
     """Steps as the scheduler runs them: ask, then record that mode's measured rate."""
     modes = []
     for _ in range(steps):
         speculative = switch.speculate_next(batch)
         rate = spec_tok_s if speculative else plain_tok_s
-        switch.record(batch, speculative, tokens=int(rate), seconds=1.0)
+        switch.record(batch, speculative, tokens=int(rate), seconds=1.0, clean=clean)
         modes.append(speculative)
     return modes
+
+
+def bucket(switch: SpeculationSwitch, size: int):  # -> pb.SpeculationSwitchBucket
+    return next(b for b in switch.status().buckets if b.batch_size == size)
 
 
 def test_disabled_always_speculates() -> None:
@@ -24,30 +48,87 @@ def test_disabled_always_speculates() -> None:
     assert not switch.status().buckets
 
 
-def test_a_losing_mode_is_left_and_probed() -> None:
+def test_a_losing_mode_is_left_after_a_few_steps_and_probed_ever_less() -> None:
     switch = SpeculationSwitch(enabled=True)
-    modes = run_steps(switch, 200, spec_tok_s=40, plain_tok_s=100)
-    assert modes[:2] == [True, True] and modes[2] is False  # measures both, then switches
-    tail = modes[10:]
-    assert 0 < sum(tail) <= len(tail) / PROBE_EVERY + 1  # only probes speculate
-    bucket = switch.status().buckets[0]
-    assert (bucket.batch_size, bucket.speculating) == (1, False)
-    assert bucket.speculative_tok_s == 40 and bucket.target_only_tok_s == 100
+    modes = run_steps(switch, 3000, spec_tok_s=40, plain_tok_s=100)
+    # Measures speculation, probes target-only at once (2.5x: CLEAR in one step), stays there.
+    first = MIN_SAMPLES + 1
+    assert modes[:first] == [True] * MIN_SAMPLES + [False]
+    assert not any(modes[first : first + FIRST_PROBE_AFTER])
+    # Probes come back, one step each (CLEAR again), ever further apart.
+    probe_starts = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]
+    gaps = [b - a for a, b in zip(probe_starts, probe_starts[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[-1] >= MAX_PROBE_AFTER, gaps
+    assert sum(modes[first:]) == len(probe_starts)
+    assert sum(modes[-1000:]) <= 2  # probing costs well under 1% by now
+    b = bucket(switch, 1)
+    assert (b.speculating, b.speculative_tok_s, b.target_only_tok_s) == (False, 40, 100)
+    assert switch.num_switches == 1 and b.num_probes == len(probe_starts) + 1
+
+
+def test_a_winning_drafter_keeps_speculating() -> None:
+    switch = SpeculationSwitch(enabled=True)
+    modes = run_steps(switch, 500, spec_tok_s=300, plain_tok_s=100)
+    assert switch.num_switches == 0 and sum(modes) >= 500 - 5 * PROBE_STEPS
+
+
+def test_a_close_call_is_probed_for_longer() -> None:
+    """Rates within CLEAR of each other: a probe takes PROBE_STEPS clean steps to decide."""
+    switch = SpeculationSwitch(enabled=True)
+    modes = run_steps(switch, 20, spec_tok_s=70, plain_tok_s=100)
+    assert modes[: MIN_SAMPLES + PROBE_STEPS + 1] == [True] * MIN_SAMPLES + [False] * (
+        PROBE_STEPS + 1
+    )
+    assert not bucket(switch, 1).speculating
+
+
+def test_speculation_slightly_slower_is_switched_off() -> None:
+    """The band is above target-only: a mode measured losing, however little, is not kept."""
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, 100, spec_tok_s=99, plain_tok_s=100)
+    assert not bucket(switch, 1).speculating
+
+
+def test_rates_within_the_band_do_not_flip_the_mode() -> None:
+    inside = 100 * (OFF_BELOW + ON_ABOVE) / 2
+    on = SpeculationSwitch(enabled=True)  # starts speculating: stays
+    run_steps(on, 300, spec_tok_s=inside, plain_tok_s=100)
+    off = SpeculationSwitch(enabled=True)  # made to stop, then speculation gets a little better
+    run_steps(off, 20, spec_tok_s=50, plain_tok_s=100)
+    run_steps(off, 300, spec_tok_s=inside, plain_tok_s=100)
+    assert (on.num_switches, off.num_switches) == (0, 1)
+    assert bucket(on, 1).speculating and not bucket(off, 1).speculating
 
 
 def test_a_drafter_that_gets_better_is_switched_back_on() -> None:
     switch = SpeculationSwitch(enabled=True)
     run_steps(switch, 100, spec_tok_s=40, plain_tok_s=100)
-    modes = run_steps(switch, 4 * PROBE_EVERY, spec_tok_s=300, plain_tok_s=100)
-    assert all(modes[-PROBE_EVERY + 1 :])  # speculating again after the next probe
-    assert switch.num_switches >= 2
+    modes = run_steps(switch, 300, spec_tok_s=300, plain_tok_s=100)
+    # Back on at the next probe, whose own steps outweigh the slow ones of earlier probes.
+    assert all(modes[modes.index(True) :][:FIRST_PROBE_AFTER])
+    assert modes.index(True) <= 2 * FIRST_PROBE_AFTER + PROBE_STEPS
+    assert sum(modes[-100:]) >= 100 - PROBE_STEPS and switch.num_switches == 2
 
 
-def test_rates_within_the_margin_do_not_flip_the_mode() -> None:
+def test_one_slow_step_does_not_decide_a_bucket() -> None:
+    """A first replay that captures a graph, a collection: the median of a few steps decides."""
     switch = SpeculationSwitch(enabled=True)
-    close = 100 * (1 - MARGIN / 2)
-    modes = run_steps(switch, 100, spec_tok_s=close, plain_tok_s=100)
-    assert switch.num_switches == 0 and sum(modes) >= 90
+    switch.speculate_next(1)
+    switch.record(1, True, tokens=1, seconds=1.0)  # speculation's first step: 100x slower
+    modes = run_steps(switch, 100, spec_tok_s=300, plain_tok_s=100)
+    assert switch.num_switches == 0 and sum(modes) >= 100 - 2 * PROBE_STEPS
+
+
+def test_steps_with_a_catch_up_are_counted_but_not_measured() -> None:
+    """A probe of speculation first catches drafters up (unclean steps): it ends within its
+    budget even when no clean step comes, and its unclean steps set no rate."""
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, 20, spec_tok_s=40, plain_tok_s=100)  # off, next probe after 16 steps
+    while not switch.speculate_next(1):
+        run_steps(switch, 1, spec_tok_s=40, plain_tok_s=100)
+    probe = run_steps(switch, PROBE_BUDGET + 5, spec_tok_s=1000, plain_tok_s=100, clean=False)
+    assert probe == [True] * PROBE_BUDGET + [False] * 5
+    assert bucket(switch, 1).speculative_tok_s == 40 and switch.num_switches == 1
 
 
 def test_batch_sizes_are_measured_apart() -> None:
@@ -56,3 +137,35 @@ def test_batch_sizes_are_measured_apart() -> None:
     run_steps(switch, 50, spec_tok_s=100, plain_tok_s=300, batch=20)
     by_size = {b.batch_size: b.speculating for b in switch.status().buckets}
     assert by_size == {1: True, 32: False}
+
+
+def test_a_new_bucket_starts_from_its_nearest_decided_neighbour() -> None:
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, 50, spec_tok_s=300, plain_tok_s=100, batch=1)  # wins at 1
+    run_steps(switch, 50, spec_tok_s=100, plain_tok_s=300, batch=16)  # loses at 16
+    # Just switched back on at 1: the last step speculated, yet 8 is nearer to 16.
+    assert switch.speculate_next(8) is False
+    assert switch.speculate_next(2) is True
+    # Then it measures for itself: the other mode early.
+    modes = run_steps(switch, 10, spec_tok_s=300, plain_tok_s=100, batch=8)
+    assert modes[: MIN_SAMPLES + PROBE_STEPS] == [False] * MIN_SAMPLES + [True] * PROBE_STEPS
+    assert all(modes[MIN_SAMPLES:]) and bucket(switch, 8).speculating
+
+
+def test_without_neighbours_a_new_bucket_starts_in_the_running_mode() -> None:
+    """No transition to pay for before anything is known: the mode of the last step."""
+    switch = SpeculationSwitch(enabled=True)
+    switch.record(64, False, tokens=640, seconds=1.0)  # a bucket with one mode measured only
+    assert switch.speculate_next(32) is False
+
+
+def test_status_reports_each_bucket() -> None:
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, 40, spec_tok_s=40, plain_tok_s=100, batch=3)
+    status = switch.status()
+    assert status.enabled and status.num_switches == 1 and status.num_probes == 2
+    (b,) = status.buckets
+    assert (b.batch_size, b.speculating, b.num_switches, b.num_probes) == (4, False, 1, 2)
+    spec_steps = MIN_SAMPLES + 1  # the first steps, then a probe 16 steps later, CLEAR at once
+    assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 40 - spec_steps)
+    assert not b.probing
