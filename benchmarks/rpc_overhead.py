@@ -27,7 +27,7 @@ import statistics
 import struct
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent import futures
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +45,12 @@ PROMPT_LEN = 64
 TREE_PARENTS = [-1, 0, 0, 0, 0, 1, 1, 2, 3, 5, 5, 6, 7, 9, 10, 11]  # 16 nodes, EAGLE-like
 ROUND_TOKENS = 3  # tokens (and hidden rows) a round commits: the CPU tree's ~3 per step
 DEFAULT_OUT = REPO_ROOT / "benchmarks/results/rpc_overhead.json"
-MAX_DRAFT_CONTEXT = 1500  # re-ingest before the draft context grows past it
+MAX_DRAFT_CONTEXT = 1500
+FLOORS = [  # (name, echo server, over a stream)
+    ("unary_aio_server", "aio", False),
+    ("unary_sync_server", "sync", False),
+    ("stream_sync_server", "sync", True),
+]  # re-ingest before the draft context grows past it
 
 
 # ---- the echo floor --------------------------------------------------------------------------
@@ -56,14 +61,26 @@ def _echo(request: bytes, context: Any) -> bytes:
     return bytes(reply_len)
 
 
-def _echo_handler() -> grpc.GenericRpcHandler:
-    unary = grpc.unary_unary_rpc_method_handler(_echo)  # bytes in, bytes out: no protobuf
-    return grpc.method_handlers_generic_handler("splitspec.bench.Echo", {"Echo": unary})
+def _echo_stream(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
+    for request in requests:
+        yield _echo(request, context)
+
+
+async def _aio_echo(request: bytes, context: Any) -> bytes:
+    return _echo(request, context)
+
+
+def _echo_handler(unary: Callable) -> grpc.GenericRpcHandler:
+    methods = {  # bytes in, bytes out: no protobuf
+        "Echo": grpc.unary_unary_rpc_method_handler(unary),
+        "EchoStream": grpc.stream_stream_rpc_method_handler(_echo_stream),
+    }
+    return grpc.method_handlers_generic_handler("splitspec.bench.Echo", methods)
 
 
 async def _aio_echo_server(port: int) -> None:
     server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_echo_handler(),))
+    server.add_generic_rpc_handlers((_echo_handler(_aio_echo),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
@@ -74,7 +91,7 @@ def serve_echo(kind: str, port: int) -> None:
         asyncio.run(_aio_echo_server(port))
         return
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_echo_handler(),))
+    server.add_generic_rpc_handlers((_echo_handler(_echo),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     server.wait_for_termination()
@@ -231,48 +248,64 @@ class Bench:
         await self.draft_channel.close()
 
 
-async def timed(make_request: Callable[[], Any], method: Any, work_field: str | None) -> tuple:
+async def timed(make_request: Callable[[], Any], method: Any, work_field: str) -> tuple:
     request = make_request()
     began = time.perf_counter()
     reply = await method(request, timeout=30)
     client_ms = (time.perf_counter() - began) * 1e3
-    work_ms = getattr(reply, work_field) if work_field else float("nan")
-    return client_ms, work_ms, request.ByteSize(), reply.ByteSize()
+    return client_ms, getattr(reply, work_field), request.ByteSize(), reply.ByteSize()
 
 
-async def measure_kinds(bench: Bench, num_calls: int, warmup: int) -> dict[str, dict]:
+def methods(bench: Bench, transport: str) -> dict[str, Any]:
+    """The stubs' unary methods, or the same calls over streams as the router makes them."""
+    if transport == "unary":
+        return {"forward": bench.target.Forward, "verify": bench.target.Verify,
+                "propose": bench.draft.Propose}  # fmt: skip
+    from plumbing.rpc_stream import StreamedUnary
+
+    return {"forward": StreamedUnary(bench.target.ForwardStream),
+            "verify": StreamedUnary(bench.target.VerifyStream),
+            "propose": StreamedUnary(bench.draft.ProposeStream)}  # fmt: skip
+
+
+async def measure_kinds(
+    bench: Bench, transport: str, num_calls: int, warmup: int
+) -> dict[str, dict]:
     hidden = bench.round_hidden()
+    calls = methods(bench, transport)
 
     async def forward() -> tuple:
-        return await timed(bench.forward_request, bench.target.Forward, "forward_ms")
+        return await timed(bench.forward_request, calls["forward"], "forward_ms")
 
     async def verify() -> tuple:
-        return await timed(bench.verify_request, bench.target.Verify, "forward_ms")
+        return await timed(bench.verify_request, calls["verify"], "forward_ms")
 
     async def propose() -> tuple:
         if bench.draft_len + ROUND_TOKENS > MAX_DRAFT_CONTEXT:
             await bench.ingest()  # not timed: keeps the draft context bounded
-        return await timed(lambda: bench.propose_request(hidden), bench.draft.Propose, "compute_ms")
+        return await timed(lambda: bench.propose_request(hidden), calls["propose"], "compute_ms")
 
-    async def ingest() -> tuple:
+    async def ingest() -> tuple:  # a client stream: the same either way
         chunk = bench.ingest_chunk()
         began = time.perf_counter()
         reply = await bench.draft.Ingest(iter([chunk]), timeout=30)
         client_ms = (time.perf_counter() - began) * 1e3
         bench.draft_len, bench.round = PROMPT_LEN, 0
-        work_ms = getattr(reply, "compute_ms", float("nan"))
+        work_ms = getattr(reply, "compute_ms", float("nan"))  # absent before the field was
         return client_ms, work_ms, chunk.ByteSize(), reply.ByteSize()
 
     kinds: dict[str, Callable[[], Awaitable[tuple]]] = {
-        "forward_decode": forward, "verify_16": verify, "propose": propose, "ingest_64": ingest,
+        "forward_decode": forward, "verify_16": verify, "propose": propose,
     }  # fmt: skip
+    if transport == "unary":
+        kinds["ingest_64"] = ingest
     results = {}
     for name, call in kinds.items():
         for _ in range(warmup):
             await call()
         rows = [await call() for _ in range(num_calls)]
         results[name] = summarize(rows)
-        print(name, json.dumps(results[name]), flush=True)
+        print(transport, name, json.dumps(results[name]), flush=True)
     return results
 
 
@@ -294,10 +327,16 @@ def summarize(rows: list[tuple]) -> dict[str, Any]:
     return out
 
 
-async def measure_echo(address: str, sizes: dict[str, tuple[int, int]], num_calls: int,
-                       warmup: int) -> dict[str, float]:  # fmt: skip
+async def measure_echo(
+    address: str, sizes: dict[str, tuple[int, int]], num_calls: int, warmup: int, stream: bool
+) -> dict[str, float]:
+    """Median round trip of a bare echo with each kind's request and reply sizes."""
+    from plumbing.rpc_stream import StreamedUnary
+
     async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-        echo = channel.unary_unary(ECHO_METHOD)
+        echo: Any = channel.unary_unary(ECHO_METHOD)
+        if stream:
+            echo = StreamedUnary(channel.stream_stream(ECHO_METHOD + "Stream"))
         out = {}
         for name, (request_bytes, reply_bytes) in sizes.items():
             payload = struct.pack("<I", int(reply_bytes)) + bytes(max(0, request_bytes - 4))
@@ -317,24 +356,23 @@ async def measure_echo(address: str, sizes: dict[str, tuple[int, int]], num_call
 async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     model, head = model_dirs(work_dir, args.hidden_size)
     services = start_services(model, head, work_dir, args.threads)
-    echoes = [start_echo(kind, work_dir) for kind in ("aio", "sync")]
+    echoes = {kind: start_echo(kind, work_dir) for kind in ("aio", "sync")}
+    transports = ["unary"] + (["stream"] if args.streams else [])
     try:
         bench = Bench(services[0].address, services[1].address)
         await bench.setup()
-        kinds = await measure_kinds(bench, args.num_calls, args.warmup)
+        kinds = {t: await measure_kinds(bench, t, args.num_calls, args.warmup) for t in transports}
         await bench.close()
-        sizes = {k: (v["request_bytes"], v["reply_bytes"]) for k, v in kinds.items()}
-        floors = {
-            echo.name: await measure_echo(echo.address, sizes, args.num_calls, args.warmup)
-            for echo in echoes
-        }
+        sizes = {k: (v["request_bytes"], v["reply_bytes"]) for k, v in kinds["unary"].items()}
+        n, w = args.num_calls, args.warmup
+        floors = {}
+        for name, kind, stream in FLOORS:
+            address = echoes[kind].address
+            floors[name] = await measure_echo(address, sizes, n, w, stream)
     finally:
-        for service in [*services, *echoes]:
+        for service in [*services, *echoes.values()]:
             service.stop()
-    for name, row in kinds.items():
-        row["echo_aio_ms"] = floors["echo-aio"][name]
-        row["echo_sync_ms"] = floors["echo-sync"][name]
-        print(name, "echo aio", row["echo_aio_ms"], "sync", row["echo_sync_ms"], flush=True)
+    print("echo floors (ms):", json.dumps(floors), flush=True)
     return {
         "label": args.label, "when": utc_now(), "machine_name": args.machine_name,
         "machine": machine_info(args.threads), "versions": versions(), "commit": git_commit(),
@@ -342,7 +380,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                    "warmup": args.warmup, "service_threads": args.threads,
                    "prompt_len": PROMPT_LEN, "tree_nodes": len(TREE_PARENTS),
                    "round_tokens": ROUND_TOKENS},
-        "kinds": kinds,
+        "kinds": kinds, "echo_ms": floors,
     }  # fmt: skip
 
 
@@ -355,6 +393,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden-size", type=int, default=32)
     parser.add_argument("--num-calls", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument(
+        "--no-streams",
+        dest="streams",
+        action="store_false",
+        help="unary calls only (services from before the *Stream methods)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each service")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--work-dir", type=Path, default=None, help="model folders and logs")
