@@ -41,23 +41,43 @@ class StreamedUnary(Generic[Request, Reply]):
 
     async def __call__(self, request: Request, timeout: float) -> Reply:
         async with self._turn:
-            if self._call is None or self._call.done():
-                self._call = self._open_stream()  # ended between calls: nothing was sent on it
-            call = self._call
             try:
                 async with asyncio.timeout(timeout):
-                    await call.write(request)
-                    reply = await call.read()
+                    call = await self._send(request)
+                    reply = await self._receive(call)
             except TimeoutError:
-                self._drop(call)
+                self.close()
                 raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
             except BaseException:
-                self._drop(call)
+                self.close()
                 raise
-            if reply is grpc.aio.EOF:  # ended with OK but no reply: read() raised otherwise
-                self._drop(call)
-                raise _error(grpc.StatusCode.UNAVAILABLE, "the stream ended without a reply")
             return reply
+
+    async def _send(self, request: Request) -> Any:
+        """Writes ``request`` on the open stream, or on a new one if that one had ended."""
+        try:
+            return await self._write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            # The stream ended before the request left (a restart, a drain, not yet seen by
+            # done()): nothing was sent, so a new stream takes it, once.
+            return await self._write(request)
+
+    async def _write(self, request: Request) -> Any:
+        if self._call is None or self._call.done():
+            self._call = self._open_stream()
+        call = self._call
+        try:
+            await call.write(request)
+        except BaseException:
+            self._drop(call)
+            raise
+        return call
+
+    async def _receive(self, call: Any) -> Reply:
+        reply = await call.read()
+        if reply is grpc.aio.EOF:  # ended with OK but no reply: read() raised otherwise
+            raise _error(grpc.StatusCode.UNAVAILABLE, "the stream ended without a reply")
+        return reply
 
     def _drop(self, call: Any) -> None:
         call.cancel()
@@ -95,6 +115,9 @@ class StreamGate:
             admitted = self._open < self.max_open
             self._open += admitted
         if not admitted:
+            # After the first request, not before: a client whose write met an ended stream
+            # could see an INTERNAL error instead of this status.
+            next(requests, None)
             context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{self.max_open} streams are open already; use the unary method",

@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from plumbing.rpc_stream import StreamedUnary, StreamGate
+from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import free_port
 
 METHOD = "/splitspec.test.Echo/EchoStream"
@@ -149,3 +150,52 @@ def test_gate_refuses_streams_past_its_bound() -> None:
         run(echo, body)
     finally:
         echo.server.stop(grace=None)
+
+
+def test_servers_take_the_keepalive_pings_of_idle_streams() -> None:
+    """An idle stream keeps its connection pinging; a server that counts those pings as strikes
+    sends GOAWAY "too_many_pings" after ~3.5 minutes, cancelling every call on the connection
+    (seen on this stack before the option was set)."""
+    options = dict(CHANNEL_OPTIONS)
+    allowed_ms = options["grpc.http2.min_ping_interval_without_data_ms"]
+    assert allowed_ms < options["grpc.keepalive_time_ms"]
+
+
+class FakeStream:
+    """A stream-stream call whose write fails as grpc.aio's does on a stream that has ended
+    unseen (an INTERNAL error from Core), or succeeds and answers."""
+
+    def __init__(self, ended: bool) -> None:
+        self.ended, self.cancelled, self.written = ended, False, []
+
+    def done(self) -> bool:
+        return self.cancelled
+
+    async def write(self, request: bytes) -> None:
+        if self.ended:
+            empty = grpc.aio.Metadata()
+            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, empty, empty, "from Core")
+        self.written.append(request)
+
+    async def read(self) -> bytes:
+        return b"re:" + self.written[-1]
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_write_that_meets_an_ended_stream_goes_out_on_a_new_one() -> None:
+    streams = [FakeStream(ended=True), FakeStream(ended=False), FakeStream(ended=True),
+               FakeStream(ended=True)]  # fmt: skip
+    opened = iter(streams)
+    call: StreamedUnary[bytes, bytes] = StreamedUnary(lambda: next(opened))
+
+    async def main() -> None:
+        assert await call(b"a", timeout=5) == b"re:a"
+        assert streams[0].cancelled and streams[1].written == [b"a"]
+        streams[1].cancel()  # ended, and seen: replaced before the write
+        with pytest.raises(grpc.aio.AioRpcError) as info:  # only once: then the error stands
+            await call(b"b", timeout=5)
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+
+    asyncio.run(main())
