@@ -20,6 +20,7 @@ from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
+from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
@@ -233,7 +234,9 @@ def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
         futures.ThreadPoolExecutor(max_workers=config.max_workers), options=CHANNEL_OPTIONS
     )
     engine = DraftEngine(drafter, overload_errors(config))
-    servicer = DraftServicer(engine, draft_info(drafter, config), compute)
+    # An open stream holds a worker: half of them stay for unary calls and health checks.
+    streams = StreamGate(max_open=max(1, config.max_workers // 2))
+    servicer = DraftServicer(engine, draft_info(drafter, config), compute, streams)
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
     health = start_server(server, [SERVICE_NAME], address, "draft", tls)

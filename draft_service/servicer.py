@@ -13,6 +13,7 @@ import grpc
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter
 from draft_service.tree_types import DraftTree
 from model_runtime.wire import tensor_from_pb
+from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 
@@ -236,11 +237,16 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
     the reading of an Ingest stream stays on the gRPC handler thread."""
 
     def __init__(
-        self, engine: DraftEngine, info: draft_pb2.DraftInfo, compute: ComputeThread
+        self,
+        engine: DraftEngine,
+        info: draft_pb2.DraftInfo,
+        compute: ComputeThread,
+        streams: StreamGate,
     ) -> None:
         self.engine = engine
         self.info = info
         self.compute = compute
+        self.streams = streams  # ProposeStream: a router holds one
 
     def Propose(self, request, context):  # noqa: N802 (gRPC naming)
         return _guard(context, lambda: self.compute.run(self._propose, request))
@@ -255,6 +261,9 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
             compute_ms=(time.perf_counter() - started) * 1e3,
         )
 
+    def ProposeStream(self, request_iterator, context):  # noqa: N802
+        return self.streams.serve(request_iterator, context, self.Propose)
+
     def Ingest(self, request_iterator, context):  # noqa: N802
         # The whole stream is read before the compute thread is asked: a slow sender must not
         # stall other requests' rounds.
@@ -262,9 +271,12 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         return _guard(context, lambda: self.compute.run(self._ingest, messages))
 
     def _ingest(self, messages: list[draft_pb2.IngestChunk]) -> draft_pb2.IngestResponse:
+        started = time.perf_counter()
         result = self.engine.ingest([chunk_from_pb(m.update) for m in messages])
         return draft_pb2.IngestResponse(
-            num_tokens=result.num_tokens, num_hidden_rows=result.num_hidden_rows
+            num_tokens=result.num_tokens,
+            num_hidden_rows=result.num_hidden_rows,
+            compute_ms=(time.perf_counter() - started) * 1e3,
         )
 
     def Release(self, request, context):  # noqa: N802

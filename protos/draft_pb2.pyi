@@ -64,12 +64,14 @@ class IngestChunk(_message.Message):
     def __init__(self, update: _Optional[_Union[ContextUpdate, _Mapping]] = ...) -> None: ...
 
 class IngestResponse(_message.Message):
-    __slots__ = ("num_tokens", "num_hidden_rows")
+    __slots__ = ("num_tokens", "num_hidden_rows", "compute_ms")
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_HIDDEN_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
     num_tokens: int
     num_hidden_rows: int
-    def __init__(self, num_tokens: _Optional[int] = ..., num_hidden_rows: _Optional[int] = ...) -> None: ...
+    compute_ms: float
+    def __init__(self, num_tokens: _Optional[int] = ..., num_hidden_rows: _Optional[int] = ..., compute_ms: _Optional[float] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_ids",)

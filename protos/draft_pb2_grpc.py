@@ -39,6 +39,11 @@ class DraftModelStub:
                 request_serializer=protos_dot_draft__pb2.ProposeRequest.SerializeToString,
                 response_deserializer=protos_dot_draft__pb2.ProposeResponse.FromString,
                 _registered_method=True)
+        self.ProposeStream = channel.stream_stream(
+                '/splitspec.draft.v1.DraftModel/ProposeStream',
+                request_serializer=protos_dot_draft__pb2.ProposeRequest.SerializeToString,
+                response_deserializer=protos_dot_draft__pb2.ProposeResponse.FromString,
+                _registered_method=True)
         self.Ingest = channel.stream_unary(
                 '/splitspec.draft.v1.DraftModel/Ingest',
                 request_serializer=protos_dot_draft__pb2.IngestChunk.SerializeToString,
@@ -62,6 +67,14 @@ class DraftModelServicer:
     def Propose(self, request, context):
         """One round for a batch of requests: append what was committed since the last round,
         then propose the next tree of each request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeStream(self, request_iterator, context):
+        """Propose over one long-lived stream per caller (plumbing/rpc_stream.py): each request is
+        answered as Propose answers it, in order; an error ends the stream with Propose's status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,6 +106,11 @@ def add_DraftModelServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Propose': grpc.unary_unary_rpc_method_handler(
                     servicer.Propose,
+                    request_deserializer=protos_dot_draft__pb2.ProposeRequest.FromString,
+                    response_serializer=protos_dot_draft__pb2.ProposeResponse.SerializeToString,
+            ),
+            'ProposeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProposeStream,
                     request_deserializer=protos_dot_draft__pb2.ProposeRequest.FromString,
                     response_serializer=protos_dot_draft__pb2.ProposeResponse.SerializeToString,
             ),
@@ -137,6 +155,33 @@ class DraftModel:
             request,
             target,
             '/splitspec.draft.v1.DraftModel/Propose',
+            protos_dot_draft__pb2.ProposeRequest.SerializeToString,
+            protos_dot_draft__pb2.ProposeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/splitspec.draft.v1.DraftModel/ProposeStream',
             protos_dot_draft__pb2.ProposeRequest.SerializeToString,
             protos_dot_draft__pb2.ProposeResponse.FromString,
             options,

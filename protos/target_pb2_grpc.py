@@ -44,6 +44,16 @@ class TargetModelStub:
                 request_serializer=protos_dot_target__pb2.VerifyRequest.SerializeToString,
                 response_deserializer=protos_dot_target__pb2.VerifyResponse.FromString,
                 _registered_method=True)
+        self.ForwardStream = channel.stream_stream(
+                '/splitspec.target.v1.TargetModel/ForwardStream',
+                request_serializer=protos_dot_target__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=protos_dot_target__pb2.ForwardResponse.FromString,
+                _registered_method=True)
+        self.VerifyStream = channel.stream_stream(
+                '/splitspec.target.v1.TargetModel/VerifyStream',
+                request_serializer=protos_dot_target__pb2.VerifyRequest.SerializeToString,
+                response_deserializer=protos_dot_target__pb2.VerifyResponse.FromString,
+                _registered_method=True)
         self.ReadHidden = channel.unary_stream(
                 '/splitspec.target.v1.TargetModel/ReadHidden',
                 request_serializer=protos_dot_target__pb2.ReadHiddenRequest.SerializeToString,
@@ -80,6 +90,22 @@ class TargetModelServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForwardStream(self, request_iterator, context):
+        """Forward and Verify over one long-lived stream per caller (plumbing/rpc_stream.py): each
+        request is answered as the unary method answers it, in order, one at a time; an error
+        ends the stream with the unary method's status. A stream costs a round trip a fraction
+        of a unary call's (no new call per step).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VerifyStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadHidden(self, request, context):
         """Streams the hidden rows of a request's context positions, so a drafter can catch up.
         """
@@ -110,6 +136,16 @@ def add_TargetModelServicer_to_server(servicer, server):
             ),
             'Verify': grpc.unary_unary_rpc_method_handler(
                     servicer.Verify,
+                    request_deserializer=protos_dot_target__pb2.VerifyRequest.FromString,
+                    response_serializer=protos_dot_target__pb2.VerifyResponse.SerializeToString,
+            ),
+            'ForwardStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ForwardStream,
+                    request_deserializer=protos_dot_target__pb2.ForwardRequest.FromString,
+                    response_serializer=protos_dot_target__pb2.ForwardResponse.SerializeToString,
+            ),
+            'VerifyStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.VerifyStream,
                     request_deserializer=protos_dot_target__pb2.VerifyRequest.FromString,
                     response_serializer=protos_dot_target__pb2.VerifyResponse.SerializeToString,
             ),
@@ -181,6 +217,60 @@ class TargetModel:
             request,
             target,
             '/splitspec.target.v1.TargetModel/Verify',
+            protos_dot_target__pb2.VerifyRequest.SerializeToString,
+            protos_dot_target__pb2.VerifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForwardStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/splitspec.target.v1.TargetModel/ForwardStream',
+            protos_dot_target__pb2.ForwardRequest.SerializeToString,
+            protos_dot_target__pb2.ForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/splitspec.target.v1.TargetModel/VerifyStream',
             protos_dot_target__pb2.VerifyRequest.SerializeToString,
             protos_dot_target__pb2.VerifyResponse.FromString,
             options,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from plumbing.rpc_stream import StreamedUnary
 from protos import draft_pb2, draft_pb2_grpc
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
 from splitspec.grpc_util import CHANNEL_OPTIONS
@@ -33,6 +34,8 @@ class DraftReplica:
     address: str
     channel: grpc.aio.Channel
     stub: draft_pb2_grpc.DraftModelStub
+    # Propose over a stream of its own (plumbing/rpc_stream.py): a fraction of a unary call.
+    propose: StreamedUnary[draft_pb2.ProposeRequest, draft_pb2.ProposeResponse]
     info: draft_pb2.DraftInfo | None = None
     healthy: bool = False  # in rotation (not ejected); health says whether to call it now
     request_ids: set[str] = field(default_factory=set)
@@ -50,7 +53,8 @@ class DraftReplica:
         cls, address: str, tls: ClientTLS | None = None, source: str = STATIC
     ) -> DraftReplica:
         channel = aio_channel(address, tls, CHANNEL_OPTIONS)
-        return cls(address, channel, draft_pb2_grpc.DraftModelStub(channel), source=source)
+        stub = draft_pb2_grpc.DraftModelStub(channel)
+        return cls(address, channel, stub, StreamedUnary(stub.ProposeStream), source=source)
 
     def set_error(self, error: str) -> None:
         """Logs each new reason once (a probe repeats every second)."""

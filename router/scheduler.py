@@ -17,6 +17,7 @@ from functools import partial
 import grpc
 
 from protos import generation_pb2 as pb
+from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
@@ -146,9 +147,8 @@ class Scheduler:
         verify_items = self.spec.verify_items(verify)
         try:
             with clock.span("target"):
-                forward_reply, verify_reply = await asyncio.gather(
-                    self._maybe(partial(self.target.forward, decode_steps=steps), forward_items),
-                    self._maybe(self.target.verify, verify_items),
+                forward_reply, verify_reply = await self._call_target(
+                    forward_items, verify_items, steps
                 )
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
@@ -196,9 +196,20 @@ class Scheduler:
             await self.spec.catch_up(behind)
         return bool(behind)
 
-    @staticmethod
-    async def _maybe(call, items):
-        return await call(items) if items else None
+    async def _call_target(
+        self,
+        forward_items: list[target_pb2.ForwardItem],
+        verify_items: list[target_pb2.VerifyItem],
+        steps: int,
+    ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
+        """The step's Forward and Verify, together when it has both; a lone call is awaited
+        as it is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
+        forward = partial(self.target.forward, decode_steps=steps)
+        if forward_items and verify_items:
+            return await asyncio.gather(forward(forward_items), self.target.verify(verify_items))
+        if verify_items:
+            return None, await self.target.verify(verify_items)
+        return (await forward(forward_items) if forward_items else None), None
 
     async def _propose(self, plan: list[Planned]) -> dict:
         ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from plumbing.rpc_stream import StreamedUnary
 from protos import target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.security import ClientTLS, aio_channel
@@ -22,6 +23,14 @@ class TargetClient:
         # Reconnect soon after a restart (gRPC's default backoff grows to two minutes).
         self.channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
+        # A step's calls, each over a stream of its own (plumbing/rpc_stream.py): a fraction
+        # of a unary call's round trip, and a Forward and a Verify may still run together.
+        self._forward: StreamedUnary[target_pb2.ForwardRequest, target_pb2.ForwardResponse] = (
+            StreamedUnary(self.stub.ForwardStream)
+        )
+        self._verify: StreamedUnary[target_pb2.VerifyRequest, target_pb2.VerifyResponse] = (
+            StreamedUnary(self.stub.VerifyStream)
+        )
 
     async def info(self) -> target_pb2.TargetInfo:
         return await self.stub.GetInfo(target_pb2.GetInfoRequest(), timeout=self.timeout_s)
@@ -30,14 +39,14 @@ class TargetClient:
         self, items: list[target_pb2.ForwardItem], decode_steps: int = 1
     ) -> target_pb2.ForwardResponse:
         # Not retried: a Forward writes KV and advances per-request state on the target.
-        return await self.stub.Forward(
+        return await self._forward(
             target_pb2.ForwardRequest(items=items, decode_steps=decode_steps),
             timeout=self.timeout_s,
         )
 
     async def verify(self, items: list[target_pb2.VerifyItem]) -> target_pb2.VerifyResponse:
         # Not retried either: compaction moves KV rows in place.
-        return await self.stub.Verify(target_pb2.VerifyRequest(items=items), timeout=self.timeout_s)
+        return await self._verify(target_pb2.VerifyRequest(items=items), timeout=self.timeout_s)
 
     async def read_hidden(
         self, request_id: str, start: int, end: int
@@ -56,4 +65,6 @@ class TargetClient:
             )
 
     async def close(self) -> None:
+        self._forward.close()
+        self._verify.close()
         await self.channel.close()

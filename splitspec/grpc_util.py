@@ -19,6 +19,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    # Servers take a client's keepalive pings while its long-lived streams (plumbing/rpc_stream.py)
+    # idle: by default a ping more often than every 5 minutes without data is a strike, and after
+    # two the server sends GOAWAY "too_many_pings", cancelling every call on the connection.
+    ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
 ]
 
 

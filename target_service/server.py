@@ -19,6 +19,7 @@ from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
+from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
@@ -33,6 +34,7 @@ from target_service.verify_graphs import VerifyGraphRunner
 
 log = logging.getLogger("splitspec.target")
 SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
+GRPC_WORKERS = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -244,9 +246,13 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
 def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("target-compute")
     engine = compute.run(build_engine, config)  # the model loads on the thread that runs it
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS), options=CHANNEL_OPTIONS
+    )
+    # An open stream holds a worker: half of them stay for unary calls and health checks.
+    streams = StreamGate(max_open=GRPC_WORKERS // 2)
     target_pb2_grpc.add_TargetModelServicer_to_server(
-        TargetServicer(engine, target_info(engine), compute), server
+        TargetServicer(engine, target_info(engine), compute, streams), server
     )
     address = f"{config.host}:{config.port}"
     health = start_server(server, [SERVICE_NAME], address, "target", tls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from model_runtime.wire import tensor_to_pb
+from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from splitspec.compute_thread import ComputeThread
 from target_service.engine import StepItem, TargetEngine, VerifyItem
@@ -36,12 +37,17 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
 
 class TargetServicer(target_pb2_grpc.TargetModelServicer):
     def __init__(
-        self, engine: TargetEngine, info: target_pb2.TargetInfo, compute: ComputeThread
+        self,
+        engine: TargetEngine,
+        info: target_pb2.TargetInfo,
+        compute: ComputeThread,
+        streams: StreamGate,
     ) -> None:
         self.engine = engine
         self.info = info
         # The engine owns device state: every call runs on the one compute thread, in turn.
         self.compute = compute
+        self.streams = streams  # ForwardStream and VerifyStream: a router holds one of each
 
     def Forward(self, request, context):  # noqa: N802 (gRPC naming)
         items = [item_from_pb(it) for it in request.items]
@@ -75,6 +81,12 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             ],
             forward_ms=forward_ms,
         )
+
+    def ForwardStream(self, request_iterator, context):  # noqa: N802
+        return self.streams.serve(request_iterator, context, self.Forward)
+
+    def VerifyStream(self, request_iterator, context):  # noqa: N802
+        return self.streams.serve(request_iterator, context, self.Verify)
 
     def ReadHidden(self, request, context):  # noqa: N802
         rows_per_chunk = request.rows_per_chunk or HIDDEN_ROWS_PER_CHUNK

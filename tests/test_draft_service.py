@@ -196,6 +196,7 @@ def test_ingest_in_chunks_then_propose(ngram) -> None:
     reply = ingest(ngram, update("ing", 0, REPEATING[:4]), update("ing", 4, REPEATING[4:8]),
                    update("ing", 8, REPEATING[8:]))
     assert (reply.num_tokens, reply.num_hidden_rows) == (11, 0)
+    assert reply.compute_ms > 0
     (tree,) = propose(ngram, (update("ing", 11, []), 0))
     assert chain(tree) == [3, 4, 1, 2, 3, 4]
     # A second Ingest replaces the context (and forgets round 0's tree).
@@ -214,6 +215,26 @@ def test_propose_retry_is_idempotent(ngram) -> None:
     assert not tree.needs_context
     assert_invalid(lambda: propose(ngram, (update("retry", 12, [2]), 2)))  # same round, new update
     release(ngram, "retry")
+
+
+def test_propose_stream_answers_as_propose(ngram) -> None:
+    """ProposeStream (the router's path) answers each request as Propose would, in order, and
+    ends with Propose's status on an error."""
+    rounds = [(update("st", 0, REPEATING), 0), (update("st", 11, [4]), 1),
+              (update("st", 12, [1]), 2)]
+    requests = [draft_pb2.ProposeRequest(items=[draft_pb2.ProposeItem(update=u, round=r)])
+                for u, r in rounds]
+    streamed = [reply.trees[0] for reply in ngram.ProposeStream(iter(requests),
+                                                                 timeout=RPC_TIMEOUT_S)]
+    release(ngram, "st")
+    unary = [propose(ngram, item)[0] for item in rounds]
+    release(ngram, "st")
+    assert streamed == unary and chain(unary[1]) == [4, 1, 2, 3, 4, 1]
+    bad = draft_pb2.ProposeRequest(items=[draft_pb2.ProposeItem(update=update("", 0, [1]))])
+    with pytest.raises(grpc.RpcError) as info:
+        list(ngram.ProposeStream(iter([requests[0], bad, requests[1]]), timeout=RPC_TIMEOUT_S))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    release(ngram, "st")
 
 
 def test_release_is_idempotent(ngram) -> None:

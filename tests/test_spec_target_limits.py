@@ -57,10 +57,15 @@ def test_the_target_advertises_and_enforces_its_tree_limit(limited_router: Route
         nodes = TARGET_TREE_TOKENS + 1
         tree = target_pb2.VerifyItem(request_id="nobody", start_pos=1, token_ids=[1] * nodes,
                                      parent_indices=[-1, *range(nodes - 1)])  # fmt: skip
+        request = target_pb2.VerifyRequest(items=[tree])
         with pytest.raises(grpc.RpcError) as refused:
-            stub.Verify(target_pb2.VerifyRequest(items=[tree]), timeout=10)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert f"exceeds the target's max_tree_tokens {TARGET_TREE_TOKENS}" in refused.value.details()
+            stub.Verify(request, timeout=10)
+        # VerifyStream (the router's path) ends with the same status.
+        with pytest.raises(grpc.RpcError) as streamed:
+            list(stub.VerifyStream(iter([request]), timeout=10))
+    for error in (refused.value, streamed.value):
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"exceeds the target's max_tree_tokens {TARGET_TREE_TOKENS}" in error.details()
 
 
 def test_verify_batches_fit_the_target(limited_router: Router) -> None:
