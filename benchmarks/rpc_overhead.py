@@ -27,8 +27,7 @@ import statistics
 import struct
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent import futures
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,11 @@ from typing import Any
 import grpc
 
 from benchmarks.common import REPO_ROOT, git_commit, machine_info, utc_now, versions, write_json
+from benchmarks.rpc_echo import ECHO_METHOD, start_echo
 from protos import draft_pb2, draft_pb2_grpc, target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import ServiceProcess, free_ports, python_module
 
-ECHO_METHOD = "/splitspec.bench.Echo/Echo"
 PROMPT_LEN = 64
 TREE_PARENTS = [-1, 0, 0, 0, 0, 1, 1, 2, 3, 5, 5, 6, 7, 9, 10, 11]  # 16 nodes, EAGLE-like
 ROUND_TOKENS = 3  # tokens (and hidden rows) a round commits: the CPU tree's ~3 per step
@@ -54,50 +53,6 @@ FLOORS = [  # (name, echo server, over a stream)
 
 
 # ---- the echo floor --------------------------------------------------------------------------
-
-
-def _echo(request: bytes, context: Any) -> bytes:
-    (reply_len,) = struct.unpack_from("<I", request)
-    return bytes(reply_len)
-
-
-def _echo_stream(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
-    for request in requests:
-        yield _echo(request, context)
-
-
-async def _aio_echo(request: bytes, context: Any) -> bytes:
-    return _echo(request, context)
-
-
-def _echo_handler(unary: Callable) -> grpc.GenericRpcHandler:
-    methods = {  # bytes in, bytes out: no protobuf
-        "Echo": grpc.unary_unary_rpc_method_handler(unary),
-        "EchoStream": grpc.stream_stream_rpc_method_handler(_echo_stream),
-    }
-    return grpc.method_handlers_generic_handler("splitspec.bench.Echo", methods)
-
-
-async def _aio_echo_server(port: int) -> None:
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_echo_handler(_aio_echo),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    await server.wait_for_termination()
-
-
-def serve_echo(kind: str, port: int) -> None:
-    if kind == "aio":
-        asyncio.run(_aio_echo_server(port))
-        return
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=CHANNEL_OPTIONS)
-    server.add_generic_rpc_handlers((_echo_handler(_echo),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    server.wait_for_termination()
-
-
-# ---- the services ----------------------------------------------------------------------------
 
 
 def model_dirs(root: Path, hidden_size: int) -> tuple[Path, Path]:
@@ -138,31 +93,6 @@ def start_services(model: Path, head: Path, log_dir: Path, threads: int) -> list
     for service in (target, draft):
         service.wait_healthy(300.0)
     return [target, draft]
-
-
-def start_echo(kind: str, log_dir: Path) -> ServiceProcess:
-    (port,) = free_ports(1)
-    echo = ServiceProcess(
-        f"echo-{kind}",
-        python_module("benchmarks.rpc_overhead", "--echo-server", kind, "--port", str(port)),
-        f"127.0.0.1:{port}",
-        log_dir / f"echo-{kind}.log",
-    )
-    echo.start()
-    _wait_port(echo)
-    return echo
-
-
-def _wait_port(echo: ServiceProcess) -> None:
-    deadline = time.monotonic() + 60.0
-    with grpc.insecure_channel(echo.address) as channel:
-        while time.monotonic() < deadline:
-            try:
-                grpc.channel_ready_future(channel).result(timeout=1.0)
-                return
-            except grpc.FutureTimeoutError:
-                continue
-    raise TimeoutError(f"{echo.name} did not start")
 
 
 # ---- the calls -------------------------------------------------------------------------------
@@ -386,8 +316,6 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--echo-server", choices=("aio", "sync"), help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--label", default="run")
     parser.add_argument("--machine-name", default="2-core dev box")
     parser.add_argument("--hidden-size", type=int, default=32)
@@ -403,9 +331,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--work-dir", type=Path, default=None, help="model folders and logs")
     args = parser.parse_args(argv)
-    if args.echo_server:
-        serve_echo(args.echo_server, args.port)
-        return
     work_dir = args.work_dir or Path(tempfile.gettempdir()) / "splitspec-rpc-overhead"
     work_dir.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(run(args, work_dir))
