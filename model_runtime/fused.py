@@ -47,6 +47,16 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return fused_reference.rotary(x, cos, sin)
 
 
+def argmax(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The first index of each row's maximum, [R] int64 (into ``out`` if given)."""
+    if _fused(logits):
+        from kernels import argmax as argmax_kernel
+
+        return argmax_kernel.argmax_rows(logits, out)
+    ids = logits.argmax(-1)
+    return ids if out is None else out.copy_(ids)
+
+
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if _fused(gate):
         from kernels import fused_ops

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model_runtime import fused_layers
+from model_runtime import fused, fused_layers
 from model_runtime.attention import AttentionMetadata, slot_attention
 from model_runtime.config import ModelConfig
 from model_runtime.layers import GatedMLP, RMSNorm, RotaryTable, apply_rotary
@@ -104,3 +104,7 @@ class LlamaForCausalLM(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits for rows of forward()'s output."""
         return self.lm_head(self.model.norm(hidden)).float()
+
+    def greedy_ids(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """argmax of logits(hidden), without their fp32 copy (the cast keeps the order)."""
+        return fused.argmax(self.lm_head(self.model.norm(hidden)), out)

@@ -177,10 +177,10 @@ class DecodeGraphRunner:
             buf.input_ids[:batch], positions, (self.pools.k, self.pools.v), self._meta(batch, keys)
         )
         self.pools.hidden.index_copy_(0, write_slots, hidden)
-        logits = self.model.logits(hidden)
         if greedy:
-            buf.next_ids[:batch].copy_(logits.argmax(-1))
+            self.model.greedy_ids(hidden, out=buf.next_ids[:batch])
             return
+        logits = self.model.logits(hidden)
         params = SamplingTensors(
             buf.temperature[:batch],
             buf.top_p[:batch],

@@ -150,7 +150,7 @@ class VerifyGraphRunner:
             tokens.flatten(), mask.positions.flatten(), (self.pools.k, self.pools.v), meta
         )
         self.pools.hidden.index_copy_(0, meta.write_slots, hidden)
-        target_next = self.model.logits(hidden).argmax(-1).view(batch, nodes)
+        target_next = self.model.greedy_ids(hidden).view(batch, nodes)
         accepted = tree_ops.greedy_accept_path(tokens, parents, valid, target_next)
         tree_ops.compact_accepted(self.pools.all_pools(), node_slots, accepted.path, dummy)
         path_tokens = tokens.gather(1, accepted.path.clamp(min=0))
