@@ -35,6 +35,7 @@ VARIANTS = [
     (False, "paged", True),
     (True, "paged", True),
     (True, "paged", False),
+    (True, "flashinfer", False),  # FlashInfer's decode kernel: eager only (its plan syncs)
 ]
 SHAPES = {
     "smollm2-135m": dict(
@@ -182,13 +183,22 @@ def _verify_times(engine: TargetEngine, slot, lengths: list[int], batch: int, st
     return verify_ms
 
 
-def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int]) -> dict:
+def variant_name(merged: bool, attention: str, graphs: bool) -> str:
+    return f"{attention}{'-merged' if merged else ''}-{'graphs' if graphs else 'eager'}"
+
+
+def shape_report(
+    shape: str, dtype: torch.dtype, context: int, batches: list[int], only: list[str] | None = None
+) -> dict:
+    """``only``: the variant_name()s to run (default all, and the exact rows)."""
     model = random_model(shape, dtype)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     floor_ms = weight_bytes / copy_bandwidth_bytes_s() * 1e3  # a decode step reads each once
     rows: list[dict[str, Any]] = []
     use_fused_kernels(True)
     for merged, attention, graphs in VARIANTS:
+        if only is not None and variant_name(merged, attention, graphs) not in only:
+            continue
         if merged and not is_merged(model):
             merge_projections(model)  # views: the unmerged variants above ran first
         for batch in batches:
@@ -199,7 +209,8 @@ def shape_report(shape: str, dtype: torch.dtype, context: int, batches: list[int
                 times = {"error": f"{type(err).__name__}: {err}"}
             rows.append({"batch": batch, **variant, **times})
             print(json.dumps({"shape": shape, **rows[-1]}), flush=True)
-    rows += exact_rows(model, shape, context, batches)
+    if only is None or "exact" in only:
+        rows += exact_rows(model, shape, context, batches)
     del model
     torch.cuda.empty_cache()
     return {
@@ -261,10 +272,11 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-8b")
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    names = [variant_name(*v) for v in VARIANTS] + ["exact"]
+    parser.add_argument("--variants", nargs="+", choices=names, help="default: all")
     args = parser.parse_args()
-    print(
-        json.dumps(shape_report(args.shape, torch.bfloat16, args.context, args.batches), indent=1)
-    )
+    report = shape_report(args.shape, torch.bfloat16, args.context, args.batches, args.variants)
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from model_runtime import invariant
-from model_runtime.paged import PagedMetadata, triton_attention
+from model_runtime.paged import PagedMetadata, cuda_attention
 
 
 def merge_projections(model: nn.Module) -> None:
@@ -60,7 +60,7 @@ def fused_body(
         q = layer_ops.rope_and_store(
             qkv, cos, sin, meta.write_slots, k_pool, v_pool, attn.num_heads
         )
-        out = triton_attention(q, k_pool, v_pool, meta)
+        out = cuda_attention(q, k_pool, v_pool, meta)
         attn_out = attn.o_proj(out.view(out.shape[0], -1))
         post = layer.post_attention_layernorm
         normed, residual = layer_ops.add_rms_norm(attn_out, residual, post.weight, post.eps)

@@ -108,10 +108,32 @@ def paged_attention(
     k_pool.index_copy_(0, meta.write_slots, k_new)
     v_pool.index_copy_(0, meta.write_slots, v_new)
     if q.is_cuda:
-        return triton_attention(q, k_pool, v_pool, meta)
+        return cuda_attention(q, k_pool, v_pool, meta)
     assert _cpu_kernels is not None, "load_cpu_kernel() first"
     args = (meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path)
     return _cpu_kernels.attention(q.contiguous(), k_pool, v_pool, *args)
+
+
+CUDA_KERNELS = ("triton", "flashinfer")
+_cuda_kernel = "triton"
+
+
+def use_cuda_kernel(name: str) -> None:
+    """The kernel behind the paged backend on CUDA, for the whole process (set once by the
+    engine from its config, like the fused kernels): "triton" or "flashinfer"."""
+    global _cuda_kernel
+    if name not in CUDA_KERNELS:
+        raise ValueError(f"unknown paged attention kernel {name!r}; choose one of {CUDA_KERNELS}")
+    _cuda_kernel = name
+
+
+def cuda_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, meta: PagedMetadata) -> Tensor:
+    """Attention over pools that hold the step's K/V, by the kernel chosen for the process."""
+    if _cuda_kernel == "flashinfer":
+        from model_runtime import flashinfer_attention
+
+        return flashinfer_attention.attention(q, k_pool, v_pool, meta)
+    return triton_attention(q, k_pool, v_pool, meta)
 
 
 def triton_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, meta: PagedMetadata) -> Tensor:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from model_runtime.config import DTYPES
 
-ATTENTION_BACKENDS = ("auto", "torch", "paged")
+ATTENTION_BACKENDS = ("auto", "torch", "paged", "flashinfer")
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,17 @@ class TargetConfig:
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
-    attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto"
+    attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto",
+    # or "flashinfer" (the paged metadata, FlashInfer's kernel; CUDA fp16/bf16, no graphs)
     exact: bool = False  # batch-invariant numerics (paged attention; few-row or invariant linears)
     graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
     max_decode_steps: int = 1  # most decode steps one Forward may run (multi_step.py)
+
+    @property
+    def paged_metadata(self) -> bool:
+        """Steps name their keys through the slot table (the paged and FlashInfer backends)."""
+        return self.attention_backend in ("paged", "flashinfer")
 
     @property
     def attention_backend(self) -> str:
@@ -53,6 +59,12 @@ class TargetConfig:
             raise ValueError(
                 f"unknown attention {self.attention!r}; choose one of {ATTENTION_BACKENDS}"
             )
+        if self.attention == "flashinfer":
+            from model_runtime.flashinfer_attention import unavailable_reason
+
+            reason = unavailable_reason(self.device, self.dtype)
+            if reason:
+                raise ValueError(f"--attention flashinfer: {reason}")
         on_cpu = self.device == "cpu"
         if self.exact and on_cpu and self.dtype != "float32":
             raise ValueError(f"--exact on CPU is fp32 (the few-row kernel); got {self.dtype}")

@@ -69,9 +69,12 @@ class TargetEngine:
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
             model.config.max_position, config.max_tree_tokens, config.max_decode_steps,
         )  # fmt: skip
-        self.paged = config.attention_backend == "paged"
+        self.paged = config.paged_metadata
         if self.paged and self.device.type == "cpu":
             paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.h
+        elif self.paged:
+            flashinfer = config.attention_backend == "flashinfer"
+            paged.use_cuda_kernel("flashinfer" if flashinfer else "triton")
 
     # ---- public API -------------------------------------------------------------------
 

@@ -93,8 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="attention backend: 'paged' (one Triton kernel over the slot table for decode, "
         "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
-        "(dense gather + SDPA), or 'auto' (default: paged on CUDA where triton is installed, "
-        "torch on CPU)",
+        "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
+        "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
+        "(default: paged on CUDA where triton is installed, torch on CPU)",
     )
     parser.add_argument(
         "--max-tree-tokens",
@@ -195,9 +196,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)
-    kernel = "Triton" if config.device.startswith("cuda") else "C++, kernels/exact_attention.h"
-    backend = f"paged ({kernel})" if engine.paged else "torch"
-    log.info("attention backend: %s%s", backend, "; exact numerics" if config.exact else "")
+    _log_attention(engine)
     if config.device.startswith("cuda"):
         prefer_efficient_attention()
         use_invariant_matmul(config.exact)  # every linear through kernels/invariant_matmul.py
@@ -205,22 +204,39 @@ def build_engine(config: TargetConfig) -> TargetEngine:
             log.warning("triton is not installed: RMSNorm, rotary and SiLU run as torch ops")
         elif config.fused_kernels and engine.paged:
             merge_projections(model)  # q|k|v and gate|up as one matmul each (fused_layers.py)
-        if config.cuda_graphs:
-            runner = DecodeGraphRunner(
-                model,
-                engine.pools,
-                engine.max_context,
-                config.graph_batch_sizes,
-                table=engine.table.slots if engine.paged else None,
-            )
-            runner.capture_all()
-            engine.attach_graphs(runner)
+    if config.attention_backend != "flashinfer":
+        _attach_graphs(engine, model)
+    return engine
+
+
+def _log_attention(engine: TargetEngine) -> None:
+    config = engine.config
+    flashinfer = config.attention_backend == "flashinfer"
+    kernel = "C++, kernels/exact_attention.h"
+    if config.device.startswith("cuda"):
+        kernel = "FlashInfer" if flashinfer else "Triton"
+    backend = f"paged ({kernel})" if engine.paged else "torch"
+    log.info("attention backend: %s%s", backend, "; exact numerics" if config.exact else "")
+    if flashinfer and (config.cuda_graphs or config.verify_graphs):
+        log.warning("FlashInfer runs eagerly: its plan reads each step's lengths on the host, so "
+                    "no decode or verify graphs are captured")  # fmt: skip
+
+
+def _attach_graphs(engine: TargetEngine, model) -> None:
+    """The decode graphs (CUDA) and the fixed-shape verify steps (paged backend)."""
+    config = engine.config
+    if config.cuda_graphs and config.device.startswith("cuda"):
+        table = engine.table.slots if engine.paged else None
+        runner = DecodeGraphRunner(
+            model, engine.pools, engine.max_context, config.graph_batch_sizes, table=table
+        )
+        runner.capture_all()
+        engine.attach_graphs(runner)
     if config.verify_graphs and engine.paged:
         verify = VerifyGraphRunner(model, engine.pools, engine.table.slots,
                                    use_graphs=config.cuda_graphs)  # fmt: skip
         verify.capture_all()
         engine.attach_verify_graphs(verify)
-    return engine
 
 
 def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
