@@ -42,8 +42,10 @@ BLOCK_K = 64  # keys per inner step of a chunk: fixed for the same reason
 TILE_ROWS = 64  # query rows of one program, (token, head) pairs: fixed for the same reason
 
 # Triton compiles a variant per integer argument that is 1 or a multiple of 16: the step's
-# token count and tiling must not turn new prompt lengths into compiles in the serving path.
-@triton.jit(do_not_specialize=["num_tokens", "tile_tokens", "spread"])
+# token count, tiling, chunk count (from the step's longest context) and path width (a tree's
+# node count) must not turn new prompt lengths and tree sizes into compiles in the serving
+# path (on a fresh H200 the first requests of each shape waited ~0.5 s for them).
+@triton.jit(do_not_specialize=["num_tokens", "tile_tokens", "spread", "num_chunks", "stride_path"])
 def _chunk_kernel(
     q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, table_ptr, row_ptr, len_ptr, prefix_ptr,
     path_ptr, stride_qt, stride_qh, stride_ks, stride_kh, stride_table, stride_path,
@@ -117,7 +119,7 @@ def _chunk_kernel(
         tl.store(acc_ptr + partial[:, None] * BLOCK_D + d[None, :], acc, mask=row_live[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_chunks"])
 def _merge_kernel(
     m_ptr, l_ptr, acc_ptr, out_ptr, len_ptr, stride_ot, stride_oh, num_heads, num_chunks,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
