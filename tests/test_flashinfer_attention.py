@@ -34,6 +34,25 @@ def flashinfer_kernel():
     paged.use_cuda_kernel("triton")
 
 
+def flashinfer_cases(seeds: int):
+    """GPU cases on the FlashInfer kernel: both dtypes, both model shapes, ``seeds`` seeds."""
+    marks = [
+        pytest.mark.parametrize("seed", range(seeds)),
+        pytest.mark.parametrize("heads,kv_heads,head_dim", SHAPES),
+        pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16]),
+        pytest.mark.usefixtures("flashinfer_kernel"),
+        needs_flashinfer,
+        pytest.mark.gpu,
+    ]
+
+    def wrap(test):
+        for mark in marks:
+            test = mark(test)
+        return test
+
+    return wrap
+
+
 def _pools(kv_heads: int, head_dim: int, dtype, gen):
     shape = (NUM_SLOTS + 1, kv_heads, head_dim)  # the last slot is the dummy
     return [torch.randn(shape, generator=gen).to("cuda", dtype) for _ in range(2)]
@@ -53,12 +72,7 @@ def _assert_close(got, want):
     torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
 
 
-@pytest.mark.gpu
-@needs_flashinfer
-@pytest.mark.usefixtures("flashinfer_kernel")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("heads,kv_heads,head_dim", SHAPES)
-@pytest.mark.parametrize("seed", range(3))
+@flashinfer_cases(seeds=3)
 def test_decode_beside_a_prefill_chunk(dtype, heads: int, kv_heads: int, head_dim: int, seed):
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
     # (context before the step, new tokens): two decodes around a prefill chunk, one fresh prompt.
@@ -80,12 +94,7 @@ def test_decode_beside_a_prefill_chunk(dtype, heads: int, kv_heads: int, head_di
     _assert_close(got, want)
 
 
-@pytest.mark.gpu
-@needs_flashinfer
-@pytest.mark.usefixtures("flashinfer_kernel")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("heads,kv_heads,head_dim", SHAPES)
-@pytest.mark.parametrize("seed", range(4))
+@flashinfer_cases(seeds=4)
 def test_a_batch_of_random_trees(dtype, heads: int, kv_heads: int, head_dim: int, seed: int):
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
     trees = [random_tree(rng, vocab=50) for _ in range(rng.randint(1, 4))]
