@@ -25,7 +25,6 @@ from torch import Tensor
 from model_runtime.paged import PagedMetadata
 
 WORKSPACE_BYTES = 128 * 2**20  # FlashInfer's recommended split-KV scratch
-DTYPES = (torch.float16, torch.bfloat16)
 
 
 def unavailable_reason(device: str, dtype: str) -> str | None:
