@@ -48,7 +48,11 @@ def env(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
     log_dir = tmp_path_factory.mktemp("spec-catch-up")
     record_dir = log_dir / "records"
     drafts = [["--method", "recording", "--record-dir", str(record_dir)]]
-    with running_stack(log_dir, tiny_model_dir, drafts) as (_, router):
+    # What the drafter receives is under test, not its deadlines: on a loaded CI box a 6 ms
+    # adaptive deadline was missed once, the replica was suspected, and B (two tokens) was
+    # never caught up, so its record did not exist.
+    router_args = ["--draft-deadline-floor", "5"]
+    with running_stack(log_dir, tiny_model_dir, drafts, router_args=router_args) as (_, router):
         yield Env(router, record_dir, tiny_model_dir)
 
 
