@@ -17,33 +17,26 @@ from pathlib import Path
 import torch
 
 from model_runtime import flashinfer_attention, paged
+from model_runtime.cuda_graphs import capture_graph
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 CALLS = 20
 
 
 def _graph_us(fn) -> dict:
-    """Mean microseconds of fn() over CALLS calls captured in one graph (warmed up first), or
-    over as many eager calls where the capture fails (then "eager" says so)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
+    """Mean microseconds of fn() over CALLS calls captured in one graph (warmed up first, as the
+    graph runners capture), or over as many eager calls where the capture fails (then "eager"
+    says so)."""
+
+    def calls() -> None:
+        for _ in range(CALLS):
+            fn()
+
     try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(CALLS):
-                fn()
-        run, how = graph.replay, "graph"
+        run, how = capture_graph(torch.device("cuda"), None, calls).replay, "graph"
     except RuntimeError:
         torch.cuda.synchronize()
-
-        def run() -> None:
-            for _ in range(CALLS):
-                fn()
-
-        how = "eager"
+        run, how = calls, "eager"
     run()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -74,8 +67,8 @@ def case(batch: int, context: int, tree_nodes: int, gen: torch.Generator) -> dic
                                chain.expand(batch, -1).contiguous(), None)  # fmt: skip
     else:
         positions = torch.full((batch,), context, device="cuda")
-        meta = paged.for_sequences(table, rows, positions, table[:, context], num_slots - 1)
-        meta.max_keys = context + 1
+        meta = paged.for_sequences(table, rows, positions, table[:, context], num_slots - 1,
+                                   max_keys=context + 1)  # fmt: skip
     q = torch.randn((meta.query_len.numel(), HEADS, HEAD_DIM), generator=gen)
     q = q.to("cuda", torch.bfloat16)
     triton_out = paged.triton_attention(q, k_pool, v_pool, meta)

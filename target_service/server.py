@@ -222,7 +222,7 @@ def _log_attention(engine: TargetEngine) -> None:
                     "no decode or verify graphs are captured")  # fmt: skip
 
 
-def _attach_graphs(engine: TargetEngine, model) -> None:
+def _attach_graphs(engine: TargetEngine, model: torch.nn.Module) -> None:
     """The decode graphs (CUDA) and the fixed-shape verify steps (paged backend)."""
     config = engine.config
     if config.cuda_graphs and config.device.startswith("cuda"):
