@@ -118,11 +118,14 @@ def step_timing(client: Client, before: dict | None = None, kind: str = "target_
     means["router_ms"] = means["step_ms"] - means["target_call_ms"] - means["draft_call_ms"]
     means["target_rpc_ms"] = means["target_call_ms"] - means["target_compute_ms"]
     means["draft_rpc_ms"] = means["draft_call_ms"] - means["draft_compute_ms"]
+    device = means["target_device_ms"] + means["draft_device_ms"]
+    means["not_device_share"] = 1 - device / means["step_ms"] if means["step_ms"] else 0.0
     return {"steps": steps, **means}
 
 
 TIMING_FIELDS = (
     "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms",
+    "target_device_ms", "draft_device_ms",
 )  # fmt: skip
 
 

@@ -179,7 +179,7 @@ def _verify_times(engine: TargetEngine, slot, lengths: list[int], batch: int, st
             )
             for i in range(batch)
         ]  # fmt: skip
-        verify_ms.append(engine.verify(items)[1])
+        verify_ms.append(engine.verify(items).forward_ms)
     return verify_ms
 
 

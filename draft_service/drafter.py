@@ -68,3 +68,8 @@ class Drafter(ABC):
     def num_tokens(self, request_id: str) -> int:
         """Tokens held for a request (0 when none)."""
         return 0
+
+    def take_device_ms(self) -> float:
+        """The device's time on this drafter's kernels since the last take (after a sync);
+        0 for a drafter with no device work of its own."""
+        return 0.0

@@ -259,6 +259,7 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         return draft_pb2.ProposeResponse(
             trees=[tree_to_pb(item.chunk.request_id, tree) for item, tree in pairs],
             compute_ms=(time.perf_counter() - started) * 1e3,
+            device_ms=self.engine.drafter.take_device_ms(),
         )
 
     def ProposeStream(self, request_iterator, context):  # noqa: N802
@@ -273,6 +274,7 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
     def _ingest(self, messages: list[draft_pb2.IngestChunk]) -> draft_pb2.IngestResponse:
         started = time.perf_counter()
         result = self.engine.ingest([chunk_from_pb(m.update) for m in messages])
+        self.engine.drafter.take_device_ms()  # a Propose reports its own device time only
         return draft_pb2.IngestResponse(
             num_tokens=result.num_tokens,
             num_hidden_rows=result.num_hidden_rows,

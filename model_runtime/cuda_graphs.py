@@ -1,5 +1,6 @@
 """What the graph runners (the target's decode and verify, the drafter's tree search) share:
-buckets, capture into one memory pool with a progress bar, and the log line of its cost."""
+buckets, capture into one memory pool with a progress bar, the log line of its cost, and the
+timed replay."""
 
 from __future__ import annotations
 
@@ -7,14 +8,30 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import nullcontext
 
 import torch
+
+from model_runtime.device_clock import DeviceClock
 
 log = logging.getLogger("splitspec.graphs")
 
 
 def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
     return next((b for b in buckets if b >= size), None)
+
+
+def replay_or_run(
+    graphs: dict, shape: Hashable, body: Callable[..., None], clock: DeviceClock | None
+) -> None:
+    """The shape's captured graph, or its body eagerly (no graphs: CPU, --no-cuda-graphs),
+    timed on the device by ``clock`` when the runner has one."""
+    graph = graphs.get(shape)
+    with clock.region() if clock is not None else nullcontext():
+        if graph is not None:
+            graph.replay()
+        else:
+            body(*shape)
 
 
 def capture_graph(device: torch.device, pool, body: Callable[[], None]) -> torch.cuda.CUDAGraph:

@@ -50,12 +50,14 @@ class DraftTree(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., parent_indices: _Optional[_Iterable[int]] = ..., scores: _Optional[_Iterable[float]] = ..., needs_context: _Optional[bool] = ...) -> None: ...
 
 class ProposeResponse(_message.Message):
-    __slots__ = ("trees", "compute_ms")
+    __slots__ = ("trees", "compute_ms", "device_ms")
     TREES_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
     trees: _containers.RepeatedCompositeFieldContainer[DraftTree]
     compute_ms: float
-    def __init__(self, trees: _Optional[_Iterable[_Union[DraftTree, _Mapping]]] = ..., compute_ms: _Optional[float] = ...) -> None: ...
+    device_ms: float
+    def __init__(self, trees: _Optional[_Iterable[_Union[DraftTree, _Mapping]]] = ..., compute_ms: _Optional[float] = ..., device_ms: _Optional[float] = ...) -> None: ...
 
 class IngestChunk(_message.Message):
     __slots__ = ("update",)

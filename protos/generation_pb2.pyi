@@ -251,20 +251,24 @@ class ServerStatus(_message.Message):
     def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ..., speculation_switch: _Optional[_Union[SpeculationSwitchStatus, _Mapping]] = ..., target_only_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., speculative_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., decode_steps: _Optional[int] = ..., multi_step_forwards: _Optional[int] = ...) -> None: ...
 
 class StepTiming(_message.Message):
-    __slots__ = ("steps", "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms")
+    __slots__ = ("steps", "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms", "target_device_ms", "draft_device_ms")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     STEP_MS_FIELD_NUMBER: _ClassVar[int]
     TARGET_CALL_MS_FIELD_NUMBER: _ClassVar[int]
     TARGET_COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_CALL_MS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
     steps: int
     step_ms: float
     target_call_ms: float
     target_compute_ms: float
     draft_call_ms: float
     draft_compute_ms: float
-    def __init__(self, steps: _Optional[int] = ..., step_ms: _Optional[float] = ..., target_call_ms: _Optional[float] = ..., target_compute_ms: _Optional[float] = ..., draft_call_ms: _Optional[float] = ..., draft_compute_ms: _Optional[float] = ...) -> None: ...
+    target_device_ms: float
+    draft_device_ms: float
+    def __init__(self, steps: _Optional[int] = ..., step_ms: _Optional[float] = ..., target_call_ms: _Optional[float] = ..., target_compute_ms: _Optional[float] = ..., draft_call_ms: _Optional[float] = ..., draft_compute_ms: _Optional[float] = ..., target_device_ms: _Optional[float] = ..., draft_device_ms: _Optional[float] = ...) -> None: ...
 
 class SpeculationSwitchBucket(_message.Message):
     __slots__ = ("batch_size", "speculative_tok_s", "target_only_tok_s", "speculating", "speculative_steps", "target_only_steps", "probing", "num_probes", "num_switches")

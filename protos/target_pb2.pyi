@@ -48,12 +48,14 @@ class ForwardRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ..., decode_steps: _Optional[int] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
-    __slots__ = ("next_token_ids", "forward_ms")
+    __slots__ = ("next_token_ids", "forward_ms", "device_ms")
     NEXT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_MS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
     next_token_ids: _containers.RepeatedScalarFieldContainer[int]
     forward_ms: float
-    def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ...) -> None: ...
+    device_ms: float
+    def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ..., device_ms: _Optional[float] = ...) -> None: ...
 
 class VerifyItem(_message.Message):
     __slots__ = ("request_id", "start_pos", "token_ids", "parent_indices", "new_slots", "return_hidden")
@@ -88,12 +90,14 @@ class VerifyResult(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., num_accepted: _Optional[int] = ..., hidden: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
-    __slots__ = ("results", "forward_ms")
+    __slots__ = ("results", "forward_ms", "device_ms")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_MS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[VerifyResult]
     forward_ms: float
-    def __init__(self, results: _Optional[_Iterable[_Union[VerifyResult, _Mapping]]] = ..., forward_ms: _Optional[float] = ...) -> None: ...
+    device_ms: float
+    def __init__(self, results: _Optional[_Iterable[_Union[VerifyResult, _Mapping]]] = ..., forward_ms: _Optional[float] = ..., device_ms: _Optional[float] = ...) -> None: ...
 
 class ReadHiddenRequest(_message.Message):
     __slots__ = ("request_id", "start_pos", "end_pos", "rows_per_chunk")

@@ -159,8 +159,12 @@ class Scheduler:
         )
         if verify_reply is not None:
             done += self._commit_verified(verify, verify_items, list(verify_reply.results))
-        clock.target_compute_ms = sum(r.forward_ms for r in (forward_reply, verify_reply) if r)
-        clock.draft_compute_ms = self.spec.last_draft_compute_ms if trees else 0.0
+        replies = [r for r in (forward_reply, verify_reply) if r]
+        clock.target_compute_ms = sum(r.forward_ms for r in replies)
+        clock.target_device_ms = sum(r.device_ms for r in replies)
+        if trees:
+            clock.draft_compute_ms = self.spec.last_draft_compute_ms
+            clock.draft_device_ms = self.spec.last_draft_device_ms
         await self._finish(done)
         self._measure(plan, bool(trees), clock, emitted, clean=not caught_up)
 

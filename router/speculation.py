@@ -81,6 +81,7 @@ class Speculation:
         self.max_context = max_context
         self.max_verify_tokens = max_verify_tokens  # the target's max_batch_tokens
         self.last_draft_compute_ms = 0.0  # the slowest replica's own work in the last propose
+        self.last_draft_device_ms = 0.0  # that replica's device time (0: a CPU drafter)
 
     def wanted(self, req: Request) -> bool:
         return bool(self.pool.replicas) and (
@@ -106,7 +107,7 @@ class Speculation:
         groups: dict[DraftReplica, list[Request]] = {}
         for req in reqs:
             groups.setdefault(req.replica, []).append(req)
-        self.last_draft_compute_ms = 0.0
+        self.last_draft_compute_ms = self.last_draft_device_ms = 0.0
         answers = await asyncio.gather(*(self._propose_on(r, g) for r, g in groups.items()))
         return {t.request_id: t for trees in answers for t in trees}
 
@@ -135,7 +136,9 @@ class Speculation:
                 self._lose_replica(replica, f"Propose: {err.code().name}")
             return []
         replica.health.record("propose", time.perf_counter() - started)
-        self.last_draft_compute_ms = max(self.last_draft_compute_ms, reply.compute_ms)
+        if reply.compute_ms >= self.last_draft_compute_ms:  # the slowest replica's figures
+            self.last_draft_compute_ms = reply.compute_ms
+            self.last_draft_device_ms = reply.device_ms
         trees = []
         for req, tree in zip(reqs, reply.trees, strict=False):
             req.pending_update = None

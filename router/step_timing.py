@@ -1,7 +1,8 @@
 """Where a decode step's time goes, as the router sees it (GetServerStatus.target_only_steps and
 .speculative_steps): the wall time of the whole step, of its awaits on the target's Forward or
 Verify and on the drafters' Propose, and the services' own measure of their work (forward_ms in
-the target's replies, compute_ms in the drafters'). What is left of the step is the router's
+the target's replies, compute_ms in the drafters', and of that the device's time on the kernels,
+device_ms in both). What is left of the step is the router's
 (scheduling, commit, detokenize, streaming); what a call took beyond the service's work is the
 RPC's (serialization, the hops). Decode-only steps are counted: a prefill chunk's cost says
 nothing of a round."""
@@ -24,6 +25,8 @@ class StepClock:
     spans: dict[str, float] = field(default_factory=dict)
     target_compute_ms: float = 0.0
     draft_compute_ms: float = 0.0
+    target_device_ms: float = 0.0
+    draft_device_ms: float = 0.0
 
     @contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -42,6 +45,8 @@ class _Totals:
     target_compute_ms: float = 0.0
     draft_s: float = 0.0
     draft_compute_ms: float = 0.0
+    target_device_ms: float = 0.0
+    draft_device_ms: float = 0.0
 
     def add(self, clock: StepClock) -> None:
         self.steps += 1
@@ -50,6 +55,8 @@ class _Totals:
         self.draft_s += clock.spans.get("draft", 0.0)
         self.target_compute_ms += clock.target_compute_ms
         self.draft_compute_ms += clock.draft_compute_ms
+        self.target_device_ms += clock.target_device_ms
+        self.draft_device_ms += clock.draft_device_ms
 
     def status(self) -> pb.StepTiming:
         n = max(self.steps, 1)
@@ -60,6 +67,8 @@ class _Totals:
             target_compute_ms=self.target_compute_ms / n,
             draft_call_ms=self.draft_s / n * 1e3,
             draft_compute_ms=self.draft_compute_ms / n,
+            target_device_ms=self.target_device_ms / n,
+            draft_device_ms=self.draft_device_ms / n,
         )
 
 

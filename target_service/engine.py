@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from model_runtime import paged
 from model_runtime.attention import AttentionMetadata, build_metadata
+from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample, sample_greedy_or_drawn
@@ -34,7 +36,14 @@ class VerifyResult:
 @dataclass
 class StepResult:
     next_token_ids: list[int]
+    forward_ms: float  # the call's wall time in the engine
+    device_ms: float = 0.0  # of it, the device's (model_runtime/device_clock.py)
+
+
+class VerifyStep(NamedTuple):
+    results: list[VerifyResult]
     forward_ms: float
+    device_ms: float
 
 
 @dataclass
@@ -65,6 +74,7 @@ class TargetEngine:
         self.table = RequestTable(config.max_requests, width, config.num_slots, self.device)
         self.graphs: DecodeGraphRunner | None = None
         self.verify_graphs: VerifyGraphRunner | None = None
+        self.clock = DeviceClock(self.device)  # the graph runners' replays, the eager steps
         self.limits = StepLimits(
             config.max_batch_tokens, self.max_context, model.config.vocab_size,
             model.config.max_position, config.max_tree_tokens, config.max_decode_steps,
@@ -91,14 +101,17 @@ class TargetEngine:
                 params = self.decode_sampling(states, batch.positions + 1)
                 next_ids = self._run_decode_graph(batch, params).tolist()  # the one sync
             else:
-                next_ids = self._run(batch, [states[i] for i, it in enumerate(items) if it.sample])
-        return StepResult(next_ids, (time.perf_counter() - started) * 1e3)
+                sampled = [states[i] for i, it in enumerate(items) if it.sample]
+                with self.clock.region():
+                    next_ids = self._run(batch, sampled)
+        return StepResult(next_ids, (time.perf_counter() - started) * 1e3, self.clock.take_ms())
 
     def attach_graphs(self, runner: DecodeGraphRunner) -> None:
         """Decode steps that fit ``runner``'s buckets replay its graphs from now on."""
         self.graphs = runner
+        runner.clock = self.clock
 
-    def verify(self, items: list[VerifyItem]) -> tuple[list[VerifyResult], float]:
+    def verify(self, items: list[VerifyItem]) -> VerifyStep:
         started = time.perf_counter()
         states = admit_trees(self.table, self.limits, items)
         trees = self._tree_batch(items, states)
@@ -107,10 +120,10 @@ class TargetEngine:
             assert self.verify_graphs is not None
             with torch.inference_mode():
                 out = self.verify_graphs.run(trees, want_hidden)
-            return self._verify_results(items, out), (time.perf_counter() - started) * 1e3
+            return self._verify_step(items, out, started)
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
         params = self._sampling_tensors(states, trees.start_pos)
-        with torch.inference_mode():
+        with torch.inference_mode(), self.clock.region():
             out = run_verify(
                 self.model,
                 self.pools,
@@ -125,11 +138,18 @@ class TargetEngine:
                 ),
             )
             penalties.record(states, out.token_ids, self.model_config.vocab_size, self.device)
-        return self._verify_results(items, out), (time.perf_counter() - started) * 1e3
+        return self._verify_step(items, out, started)
 
     def attach_verify_graphs(self, runner: VerifyGraphRunner) -> None:
         """Greedy verify steps that fit ``runner``'s buckets run its fixed-shape step."""
         self.verify_graphs = runner
+        runner.clock = self.clock
+
+    def _verify_step(
+        self, items: list[VerifyItem], out: VerifyOutput, started: float
+    ) -> VerifyStep:
+        wall_ms = (time.perf_counter() - started) * 1e3
+        return VerifyStep(self._verify_results(items, out), wall_ms, self.clock.take_ms())
 
     def _fits_verify_graphs(self, states: list[RequestState], trees: TreeBatch) -> bool:
         plain = all(
@@ -240,10 +260,11 @@ class TargetEngine:
         ``params``: ``decode_sampling`` at ``batch.positions + 1``."""
         if self._fits_decode_graphs(batch, states):
             return self._run_decode_graph(batch, params)
-        logits = self.model.logits(self._forward_tokens(batch)[batch.sample_index])
-        if params is None:
-            return logits.argmax(-1)
-        return sample_greedy_or_drawn(logits, params)  # = sample(): no greedy check on the host
+        with self.clock.region():
+            logits = self.model.logits(self._forward_tokens(batch)[batch.sample_index])
+            if params is None:
+                return logits.argmax(-1)
+            return sample_greedy_or_drawn(logits, params)  # = sample(): no host greedy check
 
     def _metadata(
         self, batch: DeviceBatch, write_slots: torch.Tensor

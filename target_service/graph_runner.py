@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from model_runtime.attention import AttentionMetadata
-from model_runtime.cuda_graphs import bucket_for, capture_shapes
+from model_runtime.cuda_graphs import bucket_for, capture_shapes, replay_or_run
+from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata
 from model_runtime.pools import SlotPools
@@ -127,6 +128,7 @@ class DecodeGraphRunner:
             self.batch_buckets[-1], key_width, pools.dummy_slot, self.device
         )
         self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
+        self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
         self._dirty_rows = self.batch_buckets[-1]  # rows [0, this) may hold a past step's data
         self._reset_padding(0)
 
@@ -160,11 +162,7 @@ class DecodeGraphRunner:
         keys = bucket_for(step.max_context, self.context_buckets)
         assert batch is not None and keys is not None, "check can_run first"
         self._load(step, keys)
-        graph = self.graphs.get((batch, keys, step.greedy))
-        if graph is not None:
-            graph.replay()
-        else:
-            self._body(batch, keys, step.greedy)
+        replay_or_run(self.graphs, (batch, keys, step.greedy), self._body, self.clock)
         return self.buffers.next_ids[:num_req].clone()
 
     # ---- the fixed-shape step ---------------------------------------------------------

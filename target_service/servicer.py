@@ -54,7 +54,9 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         steps = max(1, request.decode_steps)  # 0: a message from before multi-step decoding
         result = self._call(context, self.engine.forward, items, steps)
         return target_pb2.ForwardResponse(
-            next_token_ids=result.next_token_ids, forward_ms=result.forward_ms
+            next_token_ids=result.next_token_ids,
+            forward_ms=result.forward_ms,
+            device_ms=result.device_ms,
         )
 
     def Verify(self, request, context):  # noqa: N802
@@ -69,7 +71,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
             for it in request.items
         ]
-        results, forward_ms = self._call(context, self.engine.verify, items)
+        results, forward_ms, device_ms = self._call(context, self.engine.verify, items)
         return target_pb2.VerifyResponse(
             results=[
                 target_pb2.VerifyResult(
@@ -80,6 +82,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
                 for r in results
             ],
             forward_ms=forward_ms,
+            device_ms=device_ms,
         )
 
     def ForwardStream(self, request_iterator, context):  # noqa: N802

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from kernels import tree_ops
-from model_runtime.cuda_graphs import bucket_for, capture_shapes
+from model_runtime.cuda_graphs import bucket_for, capture_shapes, replay_or_run
+from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
@@ -80,6 +81,7 @@ class VerifyGraphRunner:
         )  # fmt: skip
         self.node_ids = torch.arange(self.tree_buckets[-1], device=self.device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
 
     def can_run(self, num_trees: int, max_nodes: int) -> bool:
         return (
@@ -102,11 +104,7 @@ class VerifyGraphRunner:
         nodes = bucket_for(num_nodes, self.tree_buckets)
         assert batch is not None and nodes is not None, "check can_run first"
         self._load(trees)
-        graph = self.graphs.get((batch, nodes))
-        if graph is not None:
-            graph.replay()
-        else:
-            self._body(batch, nodes)
+        replay_or_run(self.graphs, (batch, nodes), self._body, self.clock)
         rows = self.buffers.packed[:num_trees, : nodes + 2].tolist()  # the step's one sync
         hidden = None
         if want_hidden:  # copy: on CPU .to("cpu") is a view of the buffer the next step reuses

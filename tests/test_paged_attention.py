@@ -196,7 +196,7 @@ def run_engine(model, attention: str, seed: int) -> list:
     lengths = [n + 1 for n in lengths] + [len(PROMPTS[2])]
     rng = random.Random(seed)
     trees = [random_tree(rng, vocab=50) for _ in range(3)]
-    results, _ = engine.verify(
+    results, *_ = engine.verify(
         [VerifyItem(f"r{i}", lengths[i], [out[-1][i], *t.tokens[1:]], t.parents,
                     [next(slot) for _ in t.tokens], True) for i, t in enumerate(trees)]
     )  # fmt: skip

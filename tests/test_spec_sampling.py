@@ -150,7 +150,7 @@ def emit(
             for rid, seed in zip(rids, seeds, strict=True)
         ]
     )
-    results, _ = engine.verify(
+    results, *_ = engine.verify(
         [VerifyItem(rid, prompt_len - 1, tokens, parents, slots.take(len(tokens))) for rid in rids]
     )
     firsts = [r.token_ids for r in results]

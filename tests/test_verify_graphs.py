@@ -80,7 +80,7 @@ def verify_rounds(engine: TargetEngine, continuations: list[list[int]], seed: in
             tokens, parents = chain_with_siblings(rng, chain, siblings=2 + 3 * i)
             new_slots = [next(slot) for _ in range(24)] if round_ == 0 else []
             items.append(VerifyItem(f"r{i}", starts[i], tokens, parents, new_slots, True))
-        results, _ = engine.verify(items)
+        results, *_ = engine.verify(items)
         for i, r in enumerate(results):
             starts[i] += 1 + r.num_accepted
             roots[i] = r.token_ids[-1]

@@ -41,7 +41,7 @@ def verify(model_dir: Path, all_trees: list[Tree], which: list[int]) -> list[Ver
             for rid, prompt, _ in chosen
         ]
     )
-    results, _ = engine.verify(
+    results, *_ = engine.verify(
         [
             VerifyItem(rid, len(prompt) - 1, tokens, parents, [next(slot) for _ in tokens], True)
             for rid, prompt, (tokens, parents) in chosen

@@ -21,7 +21,8 @@ from torch.nn.utils.rnn import pad_sequence
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool
 from draft_service.eagle.search_graphs import BATCH_BUCKETS
-from model_runtime.cuda_graphs import bucket_for, capture_shapes
+from model_runtime.cuda_graphs import bucket_for, capture_shapes, replay_or_run
+from model_runtime.device_clock import DeviceClock
 from model_runtime.paged import PagedMetadata
 
 log = logging.getLogger("splitspec.draft")
@@ -66,6 +67,7 @@ class AppendGraphRunner:
         self.row_of_pair = torch.arange(batch, device=self.device).repeat_interleave(self.pairs)
         self.path = torch.full((batch * self.pairs, 1), pool.dummy_slot, **longs)
         self.graphs: dict[tuple[int], torch.cuda.CUDAGraph] = {}
+        self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
 
     def can_run(self, counts: list[int], longest_context: int) -> bool:
         fits = bucket_for(len(counts), self.batch_buckets) is not None
@@ -86,11 +88,7 @@ class AppendGraphRunner:
         batch = bucket_for(count, self.batch_buckets)
         assert batch is not None, "check can_run first"
         self._load(requests, batch)
-        graph = self.graphs.get((batch,))
-        if graph is not None:
-            graph.replay()
-        else:
-            self._body(batch)
+        replay_or_run(self.graphs, (batch,), self._body, self.clock)
         return self.features[:count]
 
     def _load(self, requests: list[NewPairs], batch: int) -> None:

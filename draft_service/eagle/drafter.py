@@ -25,6 +25,7 @@ from draft_service.eagle.search_graphs import Proposals, SearchGraphRunner
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
 from draft_service.tree_types import DraftTree
 from model_runtime.attention import build_metadata
+from model_runtime.device_clock import DeviceClock
 
 __all__ = ["DraftPoolFull", "EagleDrafter"]
 
@@ -58,6 +59,7 @@ class EagleDrafter(Drafter):
         self._requests: dict[str, RequestState] = {}
         self.search_graphs: SearchGraphRunner | None = None
         self.append_graphs: AppendGraphRunner | None = None
+        self.clock = DeviceClock(self.device)
 
     # ---- Drafter interface ----------------------------------------------------------------
 
@@ -199,7 +201,8 @@ class EagleDrafter(Drafter):
         if runner is not None and runner.can_run([w.count for w in work], longest):
             features = runner.run([new_pairs(w) for w in work])
         else:
-            features = self._run_pairs_eagerly(work)
+            with self.clock.region():
+                features = self._run_pairs_eagerly(work)
         for w, feature in zip(work, features, strict=True):
             w.state.feature = feature.clone()
             w.state.pending = w.state.pending[w.count :]
@@ -247,6 +250,10 @@ class EagleDrafter(Drafter):
         """Proposes and round appends that fit the runners' buckets run their fixed-shape
         steps from now on."""
         self.search_graphs, self.append_graphs = search, append
+        search.clock = append.clock = self.clock
+
+    def take_device_ms(self) -> float:
+        return self.clock.take_ms()
 
     def _draft(self, states: list[RequestState]) -> list[DraftTree]:
         """Search, rerank and bring the trees to the host (the propose's one sync)."""
@@ -255,7 +262,8 @@ class EagleDrafter(Drafter):
             features = [st.feature for st in states]
             found = runner.run(features, [st.slot_row for st in states])  # type: ignore[misc]
         else:
-            found = self._search(states)
+            with self.clock.region():
+                found = self._search(states)
         return [
             DraftTree([st.token_ids[-1], *t], [-1, *p], [1.0, *s])
             for st, t, p, s in zip(states, found.tokens, found.parents, found.scores, strict=True)

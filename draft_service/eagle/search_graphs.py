@@ -21,7 +21,8 @@ from draft_service.drafter import TreeShape
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
-from model_runtime.cuda_graphs import bucket_for, capture_shapes
+from model_runtime.cuda_graphs import bucket_for, capture_shapes, replay_or_run
+from model_runtime.device_clock import DeviceClock
 
 log = logging.getLogger("splitspec.draft")
 
@@ -65,6 +66,7 @@ class SearchGraphRunner:
         self.num_keep = min(shape.num_draft_tokens - 1, num_candidates)  # as rerank keeps
         self.buffers = self._allocate(self.batch_buckets[-1], max_context)
         self.graphs: dict[tuple[int], torch.cuda.CUDAGraph] = {}
+        self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
 
     def _allocate(self, batch: int, width: int) -> SearchBuffers:
         nodes = (self.shape.num_steps - 1) * self.shape.topk
@@ -106,11 +108,7 @@ class SearchGraphRunner:
         batch = bucket_for(count, self.batch_buckets)
         assert batch is not None, "check can_run first"
         self._load(root_features, context_slots, batch)
-        graph = self.graphs.get((batch,))
-        if graph is not None:
-            graph.replay()
-        else:
-            self._body(batch)
+        replay_or_run(self.graphs, (batch,), self._body, self.clock)
         rows = self.buffers.packed[:count].tolist()  # the propose's one device->host sync
         m = self.num_keep
         return Proposals(

@@ -36,7 +36,7 @@ def assert_step_kinds_agree(
     verified = make_engine()
     verified.forward([StepItem("a", prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
     chain = tokens[: steps + 1]  # the root (first sampled token) and `steps` drafts
-    (result,), _ = verified.verify(
+    (result,), *_ = verified.verify(
         [VerifyItem("a", n, chain, [-1, *range(steps)], [next(slots) for _ in chain], True)]
     )
     assert result.token_ids == tokens[1 : steps + 2], "the greedy chain was not all accepted"
