@@ -1,9 +1,11 @@
 """In-process times of an EAGLE draft round on a GPU: the append of a round's accepted tokens
 and hidden rows (one head forward over the new pairs) and the propose (the tree search), with
 the search eager and replayed from CUDA graphs, for a head of the default model's shape with
-random weights (the shipped head's shape: one decoder layer, its hot vocabulary size).
+random weights (the shipped head's shape: one decoder layer, its hot vocabulary size). Each
+round reports its wall time (what the draft service's work would be) beside the device's time
+on its kernels (model_runtime/device_clock.py): the difference is host work.
 
-  python -m benchmarks.gpu_draft_steps [--batches 1 4 16] [--context 256]
+  python -m benchmarks.gpu_draft_steps [--batches 1 4 16] [--context 256] [--trees 5,4,16 8,8,64]
 """
 
 from __future__ import annotations
@@ -36,33 +38,35 @@ def random_head(dtype: torch.dtype) -> EagleHead:
     return head
 
 
-def round_times(head: EagleHead, batch: int, context: int, graphs: bool, rounds: int = 30):
-    drafter = EagleDrafter(head, TreeShape(), num_slots=batch * (context + rounds * 8) + 64)
+def round_times(
+    head: EagleHead, shape: TreeShape, batch: int, context: int, graphs: bool, rounds: int = 30
+) -> dict:
+    drafter = EagleDrafter(head, shape, num_slots=batch * (context + rounds * 8) + 64)
     if graphs:
         attach_graphs(drafter)
     hidden = head.hidden_size
     rids = [f"r{i}" for i in range(batch)]
-    rows = torch.randn(context, hidden, device="cuda", dtype=head.fc.weight.dtype)
+    rows = torch.randn(context, hidden, dtype=head.fc.weight.dtype)  # on the host, as a message's
     drafter.append_many([ContextChunk(r, 0, list(range(1, context + 2)), 0, rows) for r in rids])
-    append_ms, propose_ms = [], []
+    drafter.take_device_ms()
+    wall_ms, device_ms = [], []
     for n in range(rounds):
         start = context + 1 + n * ACCEPTED
-        new_rows = torch.randn(ACCEPTED, hidden, device="cuda", dtype=rows.dtype)
+        new_rows = torch.randn(ACCEPTED, hidden, dtype=rows.dtype)
         chunks = [
             ContextChunk(r, start, [7] * ACCEPTED, start - 1, new_rows) for r in rids
         ]  # fmt: skip
         began = time.perf_counter()
         drafter.append_many(chunks)
-        torch.cuda.synchronize()
-        appended = time.perf_counter()
         drafter.propose(rids)  # ends in the device->host read of the trees
-        append_ms.append((appended - began) * 1e3)
-        propose_ms.append((time.perf_counter() - appended) * 1e3)
+        wall_ms.append((time.perf_counter() - began) * 1e3)
+        device_ms.append(drafter.take_device_ms())
     return {
+        "tree": [shape.num_steps, shape.topk, shape.num_draft_tokens],
         "batch": batch,
         "graphs": graphs,
-        "append_ms": statistics.median(append_ms[5:]),
-        "propose_ms": statistics.median(propose_ms[5:]),
+        "round_ms": statistics.median(wall_ms[5:]),
+        "device_ms": statistics.median(device_ms[5:]),
     }
 
 
@@ -70,15 +74,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--trees", nargs="+", default=["5,4,16", "8,8,64"])
+    parser.add_argument("--no-eager", action="store_true", help="graphs only")
     args = parser.parse_args()
     prefer_efficient_attention()
     use_fused_kernels(True)
     head = random_head(torch.bfloat16)
+    shapes = [TreeShape(*map(int, tree.split(","))) for tree in args.trees]
     with torch.inference_mode():
-        for graphs in (False, True):
-            for batch in args.batches:
-                row = round_times(head, batch, args.context, graphs)
-                print(json.dumps({"shape": "smollm2-135m eagle head", **row}), flush=True)
+        for graphs in (True,) if args.no_eager else (False, True):
+            for shape in shapes:
+                for batch in args.batches:
+                    row = round_times(head, shape, batch, args.context, graphs)
+                    print(json.dumps({"shape": "smollm2-135m eagle head", **row}), flush=True)
 
 
 if __name__ == "__main__":

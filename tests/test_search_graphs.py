@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(
 )
 SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6)]
 LENGTHS = [1, 9, 30]  # context pairs of the requests proposed together
-MAX_CONTEXT = 40
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +46,10 @@ def head(cpu_head: EagleHead) -> EagleHead:
 
 
 def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
-    drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=4)
-    search = SearchGraphRunner(head, drafter.pool, shape, MAX_CONTEXT, (1, 4), use_graphs=graphs)
-    append = AppendGraphRunner(head, drafter.pool, MAX_CONTEXT, 8, (1, 4), use_graphs=graphs)
+    drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=8, max_requests=8)
+    pool, rows = drafter.pool, drafter.rows
+    search = SearchGraphRunner(head, pool, rows, shape, (1, 4), use_graphs=graphs)
+    append = AppendGraphRunner(head, pool, rows, 8, (1, 4), use_graphs=graphs)
     search.capture_all()
     append.capture_all()
     drafter.attach_graphs(search, append)
@@ -93,16 +93,25 @@ def test_fixed_shape_search_equals_the_reference(
     assert_same_tree(alone, together[1])
 
 
-def test_a_context_past_the_table_takes_the_eager_search(
+def test_a_batch_past_the_buckets_takes_the_eager_search(
     head: EagleHead, cpu_head: EagleHead
 ) -> None:
+    """Five requests, past the largest bucket (4): the eager search over the same table rows;
+    the same context again, in a freed row that held a longer one, gets the same tree."""
     shape = SHAPES[0]
     drafter = fixed_shape_drafter(head, shape, graphs=True)
     runner = drafter.search_graphs
-    assert runner is not None and not runner.can_run(1, MAX_CONTEXT + 5)
-    ctx = make_context(MAX_CONTEXT + 5, 3)
-    ingest(drafter, "long", on_device(head, ctx))
-    assert_same_tree(drafter.propose(["long"])[0], Reference(cpu_head, ctx, shape).tree())
+    assert runner is not None and not runner.can_run(5)
+    contexts = {f"r{i}": make_context(3 + 7 * i, 60 + i) for i in range(5)}
+    for rid, ctx in contexts.items():
+        ingest(drafter, rid, on_device(head, ctx))
+    trees = drafter.propose(list(contexts))
+    for rid, tree in zip(contexts, trees, strict=True):
+        assert_same_tree(tree, Reference(cpu_head, contexts[rid], shape).tree())
+    drafter.release("r3")
+    ingest(drafter, "again", on_device(head, contexts["r1"]))  # into r3's old row
+    assert drafter._requests["again"].row == 3
+    assert_same_tree(drafter.propose(["again"])[0], trees[1])
 
 
 def test_round_appends_in_fixed_shapes_equal_the_reference(

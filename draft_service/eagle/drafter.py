@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter, TreeShape
 from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool, DraftPoolFull
 from draft_service.eagle.request_state import PairWork, RequestState, new_pairs, num_rows
+from draft_service.eagle.rows import DraftRows
 from draft_service.eagle.search_graphs import Proposals, SearchGraphRunner
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
 from draft_service.tree_types import DraftTree
@@ -31,8 +31,8 @@ __all__ = ["DraftPoolFull", "EagleDrafter"]
 
 
 class EagleDrafter(Drafter):
-    """Batched EAGLE head drafting over an own KV pool (allocated once; appends that do not fit
-    raise DraftPoolFull without changing anything)."""
+    """Batched EAGLE head drafting over an own KV pool and request table (both allocated once;
+    appends that do not fit raise DraftPoolFull without changing anything)."""
 
     method = "eagle"
     needs_hidden = True
@@ -43,7 +43,12 @@ class EagleDrafter(Drafter):
         return self.head.hidden_size
 
     def __init__(
-        self, head: EagleHead, shape: TreeShape, num_slots: int, max_batch_size: int = 32
+        self,
+        head: EagleHead,
+        shape: TreeShape,
+        num_slots: int,
+        max_batch_size: int = 32,
+        max_requests: int = 512,
     ) -> None:
         if shape.topk > head.config.target.vocab_size or max_batch_size < 1:
             raise ValueError("need topk <= vocabulary size and max_batch_size >= 1")
@@ -56,6 +61,11 @@ class EagleDrafter(Drafter):
         self.pool = DraftKVPool(
             head.config.target, len(head.layers), num_slots, num_scratch, param.dtype, param.device
         )
+        target = head.config.target
+        self.rows = DraftRows(
+            max_requests, target.max_position, head.hidden_size, self.pool.dummy_slot,
+            param.dtype, param.device,
+        )  # fmt: skip
         self._requests: dict[str, RequestState] = {}
         self.search_graphs: SearchGraphRunner | None = None
         self.append_graphs: AppendGraphRunner | None = None
@@ -110,6 +120,7 @@ class EagleDrafter(Drafter):
         if state is None:
             return False
         self.pool.free(state.slots)
+        self.rows.free(state.row)
         return True
 
     def num_tokens(self, request_id: str) -> int:
@@ -158,17 +169,23 @@ class EagleDrafter(Drafter):
         return rows <= tokens  # a target row exists only for a token the target has run
 
     def _check_capacity(self, chunks: list[ContextChunk]) -> None:
-        """Slots the chunks allocate must fit in the free ones plus those restarts give back."""
-        needed, freed = 0, 0
+        """Slots the chunks allocate must fit in the free ones plus those restarts give back,
+        and each new request needs a table row."""
+        needed, freed, new_rows = 0, 0, 0
         for chunk in chunks:
             state, tokens, rows = self._held_after(chunk)
             needed += max(0, min(rows, tokens - 1)) - (len(state.slots) if state else 0)
             held = self._requests.get(chunk.request_id)
             if state is None and held is not None:
                 freed += len(held.slots)
+            new_rows += state is None and held is None
         if needed > self.pool.num_free + freed:
             raise DraftPoolFull(
                 f"draft KV pool: {needed} slots wanted, {self.pool.num_free + freed} free"
+            )
+        if new_rows > self.rows.num_free:
+            raise DraftPoolFull(
+                f"draft request table: {new_rows} rows wanted, {self.rows.num_free} free"
             )
 
     def _absorb(self, chunk: ContextChunk) -> PairWork:
@@ -177,66 +194,61 @@ class EagleDrafter(Drafter):
         state.token_ids.extend(int(t) for t in chunk.token_ids)
         if num_rows(chunk):
             assert chunk.hidden is not None
-            rows = chunk.hidden.to(device=self.device, dtype=self.dtype)
-            state.pending = torch.cat([state.pending, rows])
+            # Kept on the host: the append moves a step's rows to the device in one copy.
+            rows = chunk.hidden.to(device="cpu", dtype=self.dtype)
+            state.pending = torch.cat([state.pending, rows]) if len(state.pending) else rows
             state.num_rows += rows.shape[0]
         start = len(state.slots)
         count = max(0, min(state.num_rows, len(state.token_ids) - 1)) - start
         return PairWork(state, start, count, self.pool.allocate(count))
 
     def _empty_state(self) -> RequestState:
-        empty_rows = torch.empty((0, self.head.hidden_size), dtype=self.dtype, device=self.device)
-        empty_slots = torch.empty(0, dtype=torch.long, device=self.device)
-        return RequestState([], 0, empty_rows, [], empty_slots)
+        empty_rows = torch.empty((0, self.head.hidden_size), dtype=self.dtype)
+        return RequestState([], 0, empty_rows, [], self.rows.allocate())
 
     def _run_pairs(self, work: list[PairWork]) -> None:
-        """One causal head forward over the new pairs of every request (prefill or extend)."""
+        """One causal head forward over the new pairs of every request (prefill or extend):
+        their slots go into the requests' table rows, the last pair's feature into the
+        feature table."""
         if not work:
             return
-        for w in work:
-            new_slots = torch.tensor(w.slots, dtype=torch.long, device=self.device)
-            w.state.slot_row = torch.cat([w.state.slot_row, new_slots])
         runner = self.append_graphs
-        longest = max(w.start + w.count for w in work)
-        if runner is not None and runner.can_run([w.count for w in work], longest):
-            features = runner.run([new_pairs(w) for w in work])
+        if runner is not None and runner.can_run([w.count for w in work]):
+            runner.run([new_pairs(w) for w in work])
         else:
             with self.clock.region():
-                features = self._run_pairs_eagerly(work)
-        for w, feature in zip(work, features, strict=True):
-            w.state.feature = feature.clone()
+                self._run_pairs_eagerly(work)
+        for w in work:
             w.state.pending = w.state.pending[w.count :]
             w.state.slots.extend(w.slots)
 
-    def _run_pairs_eagerly(self, work: list[PairWork]) -> torch.Tensor:
-        """[len(work), H]: the head output at each request's last new pair."""
-        # Pair t reads token t + 1; token ids, positions and write slots travel in one copy.
+    def _run_pairs_eagerly(self, work: list[PairWork]) -> None:
+        # Pair t reads token t + 1; token ids, positions, write slots and table rows travel
+        # in one copy.
         per_token = torch.tensor(
             [
                 [t for w in work for t in w.state.token_ids[w.start + 1 : w.start + w.count + 1]],
                 [p for w in work for p in range(w.start, w.start + w.count)],
                 [s for w in work for s in w.slots],
+                [w.state.row for w in work for _ in range(w.count)],
             ],
             dtype=torch.long,
         ).to(self.device)
-        per_request = torch.tensor([[w.start, w.count] for w in work], dtype=torch.long)
+        self.rows.slots.index_put_((per_token[3], per_token[1]), per_token[2])
+        per_request = torch.tensor([[w.start, w.count, w.state.row] for w in work])
         per_request = per_request.to(self.device)
+        longest = max(w.start + w.count for w in work)
         meta = build_metadata(
             write_slots=per_token[2],
-            key_slots=self._padded_slots([w.state for w in work]),
+            key_slots=self.rows.slots[per_request[:, 2], :longest],
             start_pos=per_request[:, 0],
             num_new=per_request[:, 1],
             num_query=max(w.count for w in work),
         )
-        hidden = torch.cat([w.state.pending[: w.count] for w in work])
+        hidden = torch.cat([w.state.pending[: w.count] for w in work]).to(self.device)
         out = self.head(per_token[0], hidden, per_token[1], self.pool.kv, meta)
-        ends = torch.tensor([w.count for w in work], device=self.device).cumsum(0) - 1
-        return out[ends]
-
-    def _padded_slots(self, states: list[RequestState]) -> torch.Tensor:
-        """[B, longest] context slots per request, padded with the dummy slot."""
-        rows = [st.slot_row for st in states]
-        return pad_sequence(rows, batch_first=True, padding_value=self.pool.dummy_slot)
+        ends = per_request[:, 1].cumsum(0) - 1
+        self.rows.features.index_copy_(0, per_request[:, 2], out[ends])
 
     # ---- propose ----------------------------------------------------------------------------
 
@@ -258,9 +270,8 @@ class EagleDrafter(Drafter):
     def _draft(self, states: list[RequestState]) -> list[DraftTree]:
         """Search, rerank and bring the trees to the host (the propose's one sync)."""
         runner = self.search_graphs
-        if runner is not None and runner.can_run(len(states), max(len(s.slots) for s in states)):
-            features = [st.feature for st in states]
-            found = runner.run(features, [st.slot_row for st in states])  # type: ignore[misc]
+        if runner is not None and runner.can_run(len(states)):
+            found = runner.run([st.row for st in states], [len(st.slots) for st in states])
         else:
             with self.clock.region():
                 found = self._search(states)
@@ -279,11 +290,12 @@ class EagleDrafter(Drafter):
     def _search_inputs(self, states: list[RequestState]) -> SearchInputs:
         width = (self.shape.num_steps - 1) * self.shape.topk
         scratch = self.pool.scratch[: len(states) * width].view(len(states), width)
-        features = [st.feature for st in states]
-        assert all(f is not None for f in features)
+        rows = torch.tensor([st.row for st in states], device=self.device)
+        lens = torch.tensor([len(st.slots) for st in states], device=self.device)
         return SearchInputs(
-            root_features=torch.stack(features),  # type: ignore[arg-type]
-            context_slots=self._padded_slots(states),
-            context_lens=torch.tensor([len(st.slots) for st in states], device=self.device),
+            root_features=self.rows.features[rows],
+            context_lens=lens,
             scratch_slots=scratch,
+            # Columns past a request's length hold old slots: the masks never admit them.
+            context_slots=self.rows.slots[rows, : max(len(st.slots) for st in states)],
         )

@@ -55,10 +55,9 @@ def attach_graphs(drafter: EagleDrafter) -> None:
     if not triton_available():
         log.warning("triton is not installed: the draft head runs eagerly")
         return
-    head, pool, shape = drafter.head, drafter.pool, drafter.shape
-    max_context = head.config.target.max_position
-    search = SearchGraphRunner(head, pool, shape, max_context)
-    append = AppendGraphRunner(head, pool, max_context, max(8, shape.num_steps + 1))
+    head, pool, rows, shape = drafter.head, drafter.pool, drafter.rows, drafter.shape
+    search = SearchGraphRunner(head, pool, rows, shape)
+    append = AppendGraphRunner(head, pool, rows, max(8, shape.num_steps + 1))
     search.capture_all()
     append.capture_all()
     drafter.attach_graphs(search, append)

@@ -13,14 +13,15 @@ from draft_service.eagle.append_graphs import NewPairs
 
 @dataclass
 class RequestState:
-    """One request's draft state. Invariant: len(slots) == min(num_rows, len(token_ids) - 1)."""
+    """One request's draft state. Invariant: len(slots) == min(num_rows, len(token_ids) - 1).
+    Its row of the request table (rows.py) holds the same slots and the head's feature at the
+    last pair run, on the device."""
 
     token_ids: list[int]
     num_rows: int  # target hidden rows received
-    pending: torch.Tensor  # [num_rows - len(slots), H]: rows whose next token has not arrived
+    pending: torch.Tensor  # host [num_rows - len(slots), H]: rows whose next token has not come
     slots: list[int]  # draft KV slot of pair t (position t)
-    slot_row: torch.Tensor  # the same slots on the device
-    feature: torch.Tensor | None = None  # [H] head output at the last pair run
+    row: int  # the request's row of the request table
 
     @property
     def ready(self) -> bool:
@@ -43,4 +44,4 @@ def num_rows(chunk: ContextChunk) -> int:
 
 def new_pairs(w: PairWork) -> NewPairs:
     tokens = w.state.token_ids[w.start + 1 : w.start + w.count + 1]
-    return NewPairs(tokens, w.start, w.slots, w.state.pending[: w.count], w.state.slot_row)
+    return NewPairs(tokens, w.start, w.slots, w.state.pending[: w.count], w.state.row)

@@ -29,15 +29,22 @@ from model_runtime.paged import PagedMetadata
 
 @dataclass
 class SearchInputs:
-    """Device tensors for one batched search (B requests, S = num_steps - 1, k = topk)."""
+    """Device tensors for one batched search (B requests, S = num_steps - 1, k = topk).
+
+    The context slots come either as a dense block (torch's masks) or, for the paged backend,
+    as rows of the drafter's request table read in place, so that no shape depends on the
+    context lengths (the fixed-shape search of search_graphs.py)."""
 
     root_features: torch.Tensor  # [B, H] head output at each request's last context pair
-    context_slots: torch.Tensor  # [B, Lmax] draft KV slot of each context pair; dummy-padded
     context_lens: torch.Tensor  # [B] context pairs L per request (>= 1; 0 for a padded row)
     scratch_slots: torch.Tensor  # [B, S * k] KV slots for the expanded tree nodes
-    # Paged backend: context_slots is read in place as a slot table, so no shape depends on
-    # the context lengths (the fixed-shape search of search_graphs.py); else torch's masks.
-    paged: bool = False
+    context_slots: torch.Tensor | None = None  # [B, Lmax] slot of each pair; dummy-padded
+    table: torch.Tensor | None = None  # paged: [R, W] the request table's slots
+    table_rows: torch.Tensor | None = None  # paged: [B] each request's row of it
+
+    @property
+    def paged(self) -> bool:
+        return self.table is not None
 
 
 @dataclass
@@ -140,6 +147,7 @@ def tree_metadata(
     """Keys per request: [context slots | scratch slots]; no query padding (k per request)."""
     num_req, k, _ = allowed_tree.shape
     device = write_slots.device
+    assert inputs.context_slots is not None
     max_len = inputs.context_slots.shape[1]
     in_context = torch.arange(max_len, device=device) < inputs.context_lens[:, None]  # [B, Lmax]
     allowed = torch.cat([in_context[:, None, :].expand(-1, k, -1), allowed_tree], dim=2)
@@ -156,16 +164,17 @@ def tree_metadata(
 def paged_tree_metadata(
     inputs: SearchInputs, write_slots: torch.Tensor, allowed_tree: torch.Tensor
 ) -> PagedMetadata:
-    """The same keys for the paged backend: the context from the table row, then the scratch
-    slots the node sees (its ancestors and itself) in column order, which is root to leaf."""
+    """The same keys for the paged backend: the context from the request's table row, then the
+    scratch slots the node sees (its ancestors and itself) in column order, root to leaf."""
     num_req, k, width = allowed_tree.shape
     device = write_slots.device
     columns = torch.arange(width, device=device)
     order = torch.argsort((~allowed_tree).long() * width + columns, dim=-1)
     path = inputs.scratch_slots[:, None, :].expand(num_req, k, width).gather(2, order)
     prefix = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
-    rows = torch.arange(num_req, device=device)[:, None].expand(num_req, k)
-    table = inputs.context_slots
+    table, table_rows = inputs.table, inputs.table_rows
+    assert table is not None and table_rows is not None
+    rows = table_rows[:, None].expand(num_req, k)
     return PagedMetadata(
         write_slots=write_slots.contiguous(),
         table=table,
