@@ -20,7 +20,12 @@ from model_runtime.paged import PagedMetadata, cuda_attention
 
 def merge_projections(model: nn.Module) -> None:
     """Concatenates each layer's q|k|v and gate|up weights (in place; CUDA path)."""
-    for layer in model.model.layers:
+    merge_layer_projections(model.model.layers)
+
+
+def merge_layer_projections(layers: nn.ModuleList) -> None:
+    """merge_projections for a bare list of decoder layers (the EAGLE head's)."""
+    for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         attn.qkv_weight = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.gate_up_weight = _merged([mlp.gate_proj, mlp.up_proj])
@@ -37,11 +42,15 @@ def _merged(linears: list[nn.Linear]) -> torch.Tensor:
 
 
 def is_merged(model: nn.Module) -> bool:
-    return getattr(model.model.layers[0].self_attn, "qkv_weight", None) is not None
+    return layers_merged(model.model.layers)
+
+
+def layers_merged(layers: nn.ModuleList) -> bool:
+    return getattr(layers[0].self_attn, "qkv_weight", None) is not None
 
 
 def fused_body(
-    model: nn.Module,
+    layers: nn.ModuleList,
     x: torch.Tensor,
     rotary: tuple[torch.Tensor, torch.Tensor],
     kv_pools: tuple[list[torch.Tensor], list[torch.Tensor]],
@@ -50,7 +59,6 @@ def fused_body(
     """The decoder layers over embeddings x [T, hidden]; returns the last layer's output."""
     from kernels import fused_ops, layer_ops
 
-    layers = model.model.layers
     residual = x
     normed = fused_ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
     cos, sin = rotary

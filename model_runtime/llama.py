@@ -95,7 +95,7 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         rotary = self.rotary(positions, x.dtype)
         if isinstance(meta, PagedMetadata) and fused_layers.is_merged(self):
-            return fused_layers.fused_body(self, x, rotary, kv_pools, meta)
+            return fused_layers.fused_body(self.model.layers, x, rotary, kv_pools, meta)
         k_pools, v_pools = kv_pools
         for layer, k_pool, v_pool in zip(self.model.layers, k_pools, v_pools, strict=True):
             x = layer(x, rotary, (k_pool, v_pool), meta)

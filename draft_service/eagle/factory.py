@@ -12,6 +12,7 @@ from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import load_head, random_head
 from draft_service.eagle.search_graphs import SearchGraphRunner
+from model_runtime.fused_layers import merge_layer_projections
 from model_runtime.loading import default_model_path, resolve_checkpoint
 
 log = logging.getLogger("splitspec.draft")
@@ -49,13 +50,15 @@ def build_eagle_drafter(
 
 def attach_graphs(drafter: EagleDrafter) -> None:
     """The tree search and the round's append of up to 32 requests replay CUDA graphs
-    (search_graphs.py, append_graphs.py)."""
+    (search_graphs.py, append_graphs.py), over the head's merged projections."""
     from model_runtime.fused import triton_available
 
     if not triton_available():
         log.warning("triton is not installed: the draft head runs eagerly")
         return
     head, pool, rows, shape = drafter.head, drafter.pool, drafter.rows, drafter.shape
+    # The target's GPU layer body: nine launches a layer instead of seventeen, every step.
+    merge_layer_projections(head.layers)
     search = SearchGraphRunner(head, pool, rows, shape)
     append = AppendGraphRunner(head, pool, rows, max(8, shape.num_steps + 1))
     search.capture_all()

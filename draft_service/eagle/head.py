@@ -21,10 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from model_runtime import fused_layers
 from model_runtime.attention import AttentionMetadata
 from model_runtime.config import ModelConfig
 from model_runtime.layers import RMSNorm, RotaryTable
 from model_runtime.llama import DecoderLayer
+from model_runtime.paged import PagedMetadata
 
 CONFIG_FILE = "eagle_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -125,6 +127,8 @@ class EagleHead(nn.Module):
         """token_ids [T] (x_{t+1}), hidden [T, H] (h_t), positions [T] (t) -> features [T, H]."""
         x = self.fc(torch.cat([self.embed_tokens(token_ids), hidden.to(self.fc.weight.dtype)], -1))
         rotary = self.rotary(positions, x.dtype)
+        if isinstance(meta, PagedMetadata) and fused_layers.layers_merged(self.layers):
+            return fused_layers.fused_body(self.layers, x, rotary, kv, meta)  # the GPU path
         for layer, k_pool, v_pool in zip(self.layers, kv[0], kv[1], strict=True):
             x = layer(x, rotary, (k_pool, v_pool), meta)
         return x

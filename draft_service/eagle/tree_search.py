@@ -11,8 +11,10 @@ top-k, so siblings are distinct.
 
 Tree attention: the frontier at step s runs at position L + s - 1 (L = context pairs) and
 writes its K/V into scratch column (s - 1) * k + j of its request. Each query sees the
-request's whole committed context plus the scratch columns of its own ancestors and itself
-(an ancestry bitmask carried along with the frontier); every other key is masked.
+request's whole committed context plus the scratch columns of its own ancestors and itself,
+carried along with the frontier (a bitmask of columns for torch's masks; for the paged kernel
+the path of their slots, root to leaf, one level's slot added per step); every other key is
+masked.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ class _Frontier:
     scores: torch.Tensor  # [B, k]
     features: torch.Tensor  # [B, k, H] head input: the feature that predicted each node
     index: torch.Tensor  # [B, k] candidate index of each node
-    ancestry: torch.Tensor  # [B, k, S * k] scratch columns of each node's strict ancestors
+    # What each node sees of the tree above it, its strict ancestors: a mask of their scratch
+    # columns [B, k, S * k] (torch backend) or their scratch slots root to leaf [B, k, S]
+    # (paged backend, whose kernel reads a node's path of slots).
+    seen: torch.Tensor
 
 
 def _top(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,26 +81,30 @@ def search_tree(head: EagleHead, kv: KVPools, inputs: SearchInputs, shape: TreeS
     k, num_req = shape.topk, inputs.root_features.shape[0]
     scores, tokens = head.draft_distribution(inputs.root_features, k)
     device = tokens.device
+    seen_shape = (num_req, k, max(1, shape.num_steps - 1))  # paged: one slot a level
+    if not inputs.paged:
+        seen_shape = (num_req, k, inputs.scratch_slots.shape[1])
     frontier = _Frontier(
         tokens=tokens,
         scores=scores,
         features=inputs.root_features[:, None, :].expand(-1, k, -1),
         index=torch.arange(k, device=device).expand(num_req, k),
-        ancestry=torch.zeros(
-            (num_req, k, inputs.scratch_slots.shape[1]), dtype=torch.bool, device=device
-        ),
-    )
+        seen=torch.zeros(seen_shape, dtype=torch.long if inputs.paged else torch.bool,
+                         device=device),
+    )  # fmt: skip
+    # Per node, the same at every level: its request's context length (and table row).
+    node_context = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
     found = [(tokens, scores, torch.full_like(tokens, -1))]
     num_found = k
     for step in range(1, shape.num_steps):
-        features, allowed_tree = _run_frontier(head, kv, inputs, frontier, step)
+        features, seen = _run_frontier(head, kv, inputs, frontier, step, node_context)
         child_p, child_tokens = head.draft_distribution(features, k)  # [B, k, k]
         child_scores = (frontier.scores[..., None] * child_p).flatten(1)
         child_parents = frontier.index[..., None].expand(-1, -1, k).flatten(1)
         found.append((child_tokens.flatten(1), child_scores, child_parents))
         if step + 1 < shape.num_steps:
             frontier = _next_frontier(
-                child_tokens.flatten(1), child_scores, features, allowed_tree, num_found, k
+                child_tokens.flatten(1), child_scores, features, seen, num_found, k
             )
         num_found += k * k
     tokens, scores, parents = (torch.cat(parts, dim=1) for parts in zip(*found, strict=True))
@@ -103,28 +112,37 @@ def search_tree(head: EagleHead, kv: KVPools, inputs: SearchInputs, shape: TreeS
 
 
 def _run_frontier(
-    head: EagleHead, kv: KVPools, inputs: SearchInputs, frontier: _Frontier, step: int
+    head: EagleHead,
+    kv: KVPools,
+    inputs: SearchInputs,
+    frontier: _Frontier,
+    step: int,
+    node_context: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One head step over the frontier of every request: features [B, k, H] and its mask."""
+    """One head step over the frontier of every request: features [B, k, H], and what each
+    node saw of the tree (its ancestors and itself)."""
     num_req, k = frontier.tokens.shape
-    rows = torch.arange(k, device=frontier.tokens.device)
-    columns = rows + (step - 1) * k
-    width = frontier.ancestry.shape[2]
-    itself = torch.arange(width, device=rows.device)[None, :] == columns[:, None]  # [k, S * k]
-    allowed_tree = frontier.ancestry | itself  # each node sees itself (no host value: capturable)
-    write_slots = inputs.scratch_slots[:, columns].flatten()
-    build = paged_tree_metadata if inputs.paged else tree_metadata
-    meta = build(inputs, write_slots, allowed_tree)
-    positions = (inputs.context_lens + step - 1)[:, None].expand(-1, k).flatten()
+    write_slots = inputs.scratch_slots[:, (step - 1) * k : step * k]  # [B, k], a view
+    if inputs.paged:
+        seen = frontier.seen.clone()
+        seen[:, :, step - 1] = write_slots  # each node's own slot ends its path
+        meta = paged_tree_metadata(inputs, write_slots, seen, node_context, step)
+    else:
+        columns = torch.arange(k, device=write_slots.device) + (step - 1) * k
+        width = frontier.seen.shape[2]
+        itself = torch.arange(width, device=columns.device)[None, :] == columns[:, None]
+        seen = frontier.seen | itself  # each node sees itself (no host value: capturable)
+        meta = tree_metadata(inputs, write_slots.flatten(), seen)
+    positions = node_context + (step - 1)
     out = head(frontier.tokens.flatten(), frontier.features.flatten(0, 1), positions, kv, meta)
-    return out.view(num_req, k, -1), allowed_tree
+    return out.view(num_req, k, -1), seen
 
 
 def _next_frontier(
     tokens: torch.Tensor,
     scores: torch.Tensor,
     features: torch.Tensor,
-    allowed_tree: torch.Tensor,
+    seen: torch.Tensor,
     offset: int,
     k: int,
 ) -> _Frontier:
@@ -137,7 +155,7 @@ def _next_frontier(
         scores=best_scores,
         features=features.gather(1, parent[..., None].expand(-1, -1, hidden)),
         index=best + offset,
-        ancestry=allowed_tree.gather(1, parent[..., None].expand(-1, -1, allowed_tree.shape[2])),
+        seen=seen.gather(1, parent[..., None].expand(-1, -1, seen.shape[2])),
     )
 
 
@@ -162,27 +180,26 @@ def tree_metadata(
 
 
 def paged_tree_metadata(
-    inputs: SearchInputs, write_slots: torch.Tensor, allowed_tree: torch.Tensor
+    inputs: SearchInputs,
+    write_slots: torch.Tensor,
+    paths: torch.Tensor,
+    node_context: torch.Tensor,
+    step: int,
 ) -> PagedMetadata:
     """The same keys for the paged backend: the context from the request's table row, then the
-    scratch slots the node sees (its ancestors and itself) in column order, root to leaf."""
-    num_req, k, width = allowed_tree.shape
-    device = write_slots.device
-    columns = torch.arange(width, device=device)
-    order = torch.argsort((~allowed_tree).long() * width + columns, dim=-1)
-    path = inputs.scratch_slots[:, None, :].expand(num_req, k, width).gather(2, order)
-    prefix = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
+    ``step`` scratch slots of the node's path (its ancestors and itself), root to leaf."""
+    num_req, k, depth = paths.shape
     table, table_rows = inputs.table, inputs.table_rows
     assert table is not None and table_rows is not None
-    rows = table_rows[:, None].expand(num_req, k)
     return PagedMetadata(
-        write_slots=write_slots.contiguous(),
+        write_slots=write_slots.reshape(-1).contiguous(),
         table=table,
-        query_row=rows.reshape(-1).contiguous(),
-        query_len=prefix + allowed_tree.sum(-1).reshape(-1),
-        prefix_len=prefix,
-        path=path.reshape(num_req * k, width).contiguous(),
-        max_keys=table.shape[1] + width,  # fixed: the grid must not follow the contexts
+        # Contiguous: a one-request expand flattens to a stride-0 view the kernel reads past.
+        query_row=table_rows[:, None].expand(num_req, k).reshape(-1).contiguous(),
+        query_len=node_context + step,
+        prefix_len=node_context,
+        path=paths.view(num_req * k, depth),
+        max_keys=table.shape[1] + depth,  # fixed: the grid must not follow the contexts
         tile_tokens=k,  # a request's k nodes of a level share its context
     )
 
