@@ -19,6 +19,7 @@ from draft_service.eagle.head import EagleHead
 from draft_service.eagle.search_graphs import SearchGraphRunner
 from kernels import few_row_linear
 from model_runtime import paged
+from model_runtime.fused_layers import layers_merged, merge_layer_projections
 from plumbing.paths import default_cache_dir
 from tests.test_eagle_drafter import Reference, assert_same_tree, ingest, make_context
 from tests.test_eagle_head import tiny_head
@@ -46,6 +47,8 @@ def head(cpu_head: EagleHead) -> EagleHead:
 
 
 def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
+    if DEVICE == "cuda" and not layers_merged(head.layers):
+        merge_layer_projections(head.layers)  # the fused layer body, as the service runs it
     drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=8, max_requests=8)
     pool, rows = drafter.pool, drafter.rows
     search = SearchGraphRunner(head, pool, rows, shape, (1, 4), use_graphs=graphs)
