@@ -57,8 +57,12 @@ def switch_batches(
     prompts: list[list[int]], max_new: int, batches: list[int], attention: str
 ) -> list[dict]:
     """bf16, router --adaptive-speculation: requests that leave speculation to the router
-    against requests sent target-only, batch by batch (issue: never slower under load)."""
-    from benchmarks.bench_gpu import stack, throughput
+    against requests sent target-only, batch by batch (issue: never slower under load).
+
+    The switch learns per batch bucket once per router, so each batch size runs its groups
+    twice: the first pass (the learning included) and the second (what a running server
+    serves), both reported against target-only on the same groups."""
+    from benchmarks.bench_gpu import server_status, stack, throughput
 
     rows = []
     with stack("bfloat16", drafter=True, attention=attention,
@@ -67,10 +71,19 @@ def switch_batches(
         throughput(client, prompts[:2], 1, 16, None)
         for batch in batches:
             group = (prompts * (1 + 2 * batch // len(prompts)))[: 2 * batch]  # two groups
+            first, _ = throughput(client, group, batch, max_new, None)
             auto, _ = throughput(client, group, batch, max_new, None)
             plain, _ = throughput(client, group, batch, max_new, False)
+            buckets = [
+                {"batch_size": b.batch_size, "speculating": b.speculating,
+                 "speculative_tok_s": b.speculative_tok_s, "target_only_tok_s": b.target_only_tok_s}
+                for b in server_status(client).speculation_switch.buckets
+            ]  # fmt: skip
             row = {"batch": batch, "auto_tok_s": auto["tok_s"], "target_only_tok_s":
-                   plain["tok_s"], "ratio": auto["tok_s"] / plain["tok_s"]}  # fmt: skip
+                   plain["tok_s"], "ratio": auto["tok_s"] / plain["tok_s"],
+                   "first_pass_tok_s": first["tok_s"],
+                   "first_pass_ratio": first["tok_s"] / plain["tok_s"],
+                   "switch": buckets}  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
         client.close()

