@@ -21,7 +21,7 @@ from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
-from target_service.tree_batch import pad_trees
+from target_service.tree_batch import HostTrees, pad_trees
 from target_service.verify import TreeBatch, VerifyOutput, run_verify
 from target_service.verify_graphs import VerifyGraphRunner
 
@@ -114,13 +114,24 @@ class TargetEngine:
     def verify(self, items: list[VerifyItem]) -> VerifyStep:
         started = time.perf_counter()
         states = admit_trees(self.table, self.limits, items)
-        trees = self._tree_batch(items, states)
-        want_hidden = any(it.return_hidden for it in items)
+        trees = HostTrees(
+            [it.token_ids for it in items],
+            [it.parents for it in items],
+            [s.row for s in states],
+            [it.start_pos for it in items],
+        )
         if self._fits_verify_graphs(states, trees):
             assert self.verify_graphs is not None
             with torch.inference_mode():
-                out = self.verify_graphs.run(trees, want_hidden)
-            return self._verify_step(items, out, started)
+                out = self.verify_graphs.run(trees, [it.return_hidden for it in items])
+        else:
+            out = self._verify_eager(states, pad_trees(trees, self.device), items)
+        return self._verify_step(items, out, started)
+
+    def _verify_eager(
+        self, states: list[RequestState], trees: TreeBatch, items: list[VerifyItem]
+    ) -> VerifyOutput:
+        """Any tree: sampling, penalties, sizes past the verify graphs' buckets."""
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
         params = self._sampling_tensors(states, trees.start_pos)
         with torch.inference_mode(), self.clock.region():
@@ -131,14 +142,14 @@ class TargetEngine:
                 trees,
                 params,
                 greedy,
-                want_hidden,
+                any(it.return_hidden for it in items),
                 paged=self.paged,
                 penalize=lambda logits, layout: penalties.penalize_tree(
                     logits, states, trees.tokens, trees.valid, layout.ancestors
                 ),
             )
             penalties.record(states, out.token_ids, self.model_config.vocab_size, self.device)
-        return self._verify_step(items, out, started)
+        return out
 
     def attach_verify_graphs(self, runner: VerifyGraphRunner) -> None:
         """Greedy verify steps that fit ``runner``'s buckets run its fixed-shape step."""
@@ -151,7 +162,7 @@ class TargetEngine:
         wall_ms = (time.perf_counter() - started) * 1e3
         return VerifyStep(self._verify_results(items, out), wall_ms, self.clock.take_ms())
 
-    def _fits_verify_graphs(self, states: list[RequestState], trees: TreeBatch) -> bool:
+    def _fits_verify_graphs(self, states: list[RequestState], trees: HostTrees) -> bool:
         plain = all(
             s.sampling.temperature == 0
             and s.sampling.presence_penalty == 0
@@ -159,7 +170,7 @@ class TargetEngine:
             for s in states
         )
         runner = self.verify_graphs
-        return plain and runner is not None and runner.can_run(*trees.tokens.shape)
+        return plain and runner is not None and runner.can_run(*trees.shape)
 
     @staticmethod
     def _verify_results(items: list[VerifyItem], out: VerifyOutput) -> list[VerifyResult]:
@@ -187,15 +198,6 @@ class TargetEngine:
 
     def release(self, request_ids: list[str]) -> int:
         return sum(self.table.release(rid) for rid in request_ids)
-
-    def _tree_batch(self, items: list[VerifyItem], states: list[RequestState]) -> TreeBatch:
-        return pad_trees(
-            [it.token_ids for it in items],
-            [it.parents for it in items],
-            [s.row for s in states],
-            [it.start_pos for it in items],
-            self.device,
-        )
 
     # ---- the step -----------------------------------------------------------------------
 

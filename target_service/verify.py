@@ -47,7 +47,9 @@ class VerifyOutput:
 
     token_ids: list[list[int]]  # accepted drafts then the bonus token
     num_accepted: list[int]
-    hidden: torch.Tensor | None  # [B, N, H] on the host: row j of tree b is position start + j
+    # [B, R, H] on the host, row j of tree b is position start + j; R covers rows 0 ..
+    # num_accepted of every tree that asked for them (run_verify: R = N)
+    hidden: torch.Tensor | None
 
 
 def run_verify(

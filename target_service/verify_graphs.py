@@ -10,13 +10,23 @@ of the accepted path are the device kernels of kernels/tree_ops.py; the result (
 tokens, count, next token) and the hidden rows land in static buffers, and the host reads
 them once. Only the paged attention backend, greedy trees and requests without presence or
 frequency penalties take this path; the engine runs everything else through run_verify.
+
+Host work around a replay is kept to copies. The host packs the whole padded block
+(tree_batch.pack_trees, padding included) into a staging buffer, pinned on CUDA, and one
+non_blocking copy moves it into the static input buffer whose views the graph reads; nothing
+is zeroed or filled on the device. After the replay two non_blocking copies bring back the
+ids and only the hidden rows the host can need (up to the deepest tree that asked for them),
+then one stream sync. Each bucket reads and writes a prefix of every static buffer, laid out
+for that bucket, so each of those copies is one contiguous block.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from kernels import tree_ops
@@ -25,7 +35,15 @@ from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
-from target_service.verify import TreeBatch, VerifyOutput
+from target_service.tree_batch import (
+    HostTrees,
+    PackedTrees,
+    pack_trees,
+    packed_len,
+    tree_depth,
+    unpack,
+)
+from target_service.verify import VerifyOutput
 
 log = logging.getLogger("splitspec.target")
 
@@ -34,28 +52,58 @@ TREE_BUCKETS = (8, 16, 32, 64)  # nodes per tree, root included
 
 
 @dataclass
-class VerifyBuffers:
-    tokens: torch.Tensor  # long [B, N]
-    parents: torch.Tensor  # long [B, N]; padding: child of the root
-    valid: torch.Tensor  # bool [B, N]
-    rows: torch.Tensor  # long [B]: slot-table row; 0 for padded requests (never written)
-    start_pos: torch.Tensor  # long [B]: root position; 0 for padded requests
-    packed: torch.Tensor  # long [B, N + 2]: path tokens, number accepted, next token
-    hidden: torch.Tensor  # [B, N, H]: hidden rows of positions start .. start + N - 1
+class StepBuffers:
+    """Flat buffers sized for the largest bucket. The device's are the graphs' static inputs and
+    outputs; the host's twins (pinned on CUDA) are what the copies go through."""
+
+    inputs: torch.Tensor  # long: tree_batch.pack_trees' layout
+    ids: torch.Tensor  # long: [b, n + 2] per bucket: path tokens, number accepted, next token
+    hidden: torch.Tensor  # [n, b, H] per bucket: row j of every tree, so rows < d are a prefix
 
     @staticmethod
-    def allocate(batch: int, nodes: int, width: int, dtype, device) -> VerifyBuffers:
-        def longs(*shape: int) -> torch.Tensor:
-            return torch.zeros(shape, dtype=torch.long, device=device)
+    def allocate(
+        batch: int, nodes: int, width: int, dtype: torch.dtype, device: torch.device, pin: bool
+    ) -> StepBuffers:
+        def zeros(size: int, of: torch.dtype) -> torch.Tensor:
+            return torch.zeros(size, dtype=of, device=device, pin_memory=pin)
 
-        return VerifyBuffers(
-            tokens=longs(batch, nodes),
-            parents=longs(batch, nodes),
-            valid=torch.zeros((batch, nodes), dtype=torch.bool, device=device),
-            rows=longs(batch),
-            start_pos=longs(batch),
-            packed=longs(batch, nodes + 2),
-            hidden=torch.zeros((batch, nodes, width), dtype=dtype, device=device),
+        return StepBuffers(
+            inputs=zeros(packed_len(batch, nodes), torch.long),
+            ids=zeros(batch * (nodes + 2), torch.long),
+            hidden=zeros(nodes * batch * width, dtype),
+        )
+
+
+class BucketViews(NamedTuple):
+    """One bucket's (b, n) prefixes of the device buffers and of their host twins."""
+
+    inputs: torch.Tensor  # device, long [b * (3n + 2)]
+    host_inputs: torch.Tensor
+    host_inputs_np: np.ndarray  # the same memory as host_inputs, written by the host
+    trees: PackedTrees  # views of ``inputs``: what the step's body reads
+    ids: torch.Tensor  # device, long [b, n + 2]
+    host_ids: torch.Tensor
+    host_ids_np: np.ndarray  # the same memory as host_ids, read by the host
+    hidden: torch.Tensor  # device [n, b, H]
+    host_hidden: torch.Tensor
+
+    @staticmethod
+    def of(
+        device: StepBuffers, host: StepBuffers, batch: int, nodes: int, width: int
+    ) -> BucketViews:
+        num_inputs, num_hidden = packed_len(batch, nodes), nodes * batch * width
+        ids_shape, hidden_shape = (batch, nodes + 2), (nodes, batch, width)
+        host_ids = host.ids[: batch * (nodes + 2)].view(ids_shape)
+        return BucketViews(
+            inputs=device.inputs[:num_inputs],
+            host_inputs=host.inputs[:num_inputs],
+            host_inputs_np=host.inputs[:num_inputs].numpy(),
+            trees=unpack(device.inputs, batch, nodes),
+            ids=device.ids[: batch * (nodes + 2)].view(ids_shape),
+            host_ids=host_ids,
+            host_ids_np=host_ids.numpy(),
+            hidden=device.hidden[:num_hidden].view(hidden_shape),
+            host_hidden=host.hidden[:num_hidden].view(hidden_shape),
         )
 
 
@@ -75,10 +123,17 @@ class VerifyGraphRunner:
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.tree_buckets = tuple(sorted(tree_buckets))
         self.use_graphs = use_graphs and self.device.type == "cuda"
-        self.buffers = VerifyBuffers.allocate(
-            self.batch_buckets[-1], self.tree_buckets[-1], pools.hidden.shape[-1],
-            pools.hidden.dtype, self.device,
-        )  # fmt: skip
+        sizes = (self.batch_buckets[-1], self.tree_buckets[-1], pools.hidden.shape[-1])
+        on_cuda = self.device.type == "cuda"
+        self.buffers = StepBuffers.allocate(*sizes, pools.hidden.dtype, self.device, pin=False)
+        self.staging = StepBuffers.allocate(
+            *sizes, pools.hidden.dtype, torch.device("cpu"), pin=on_cuda
+        )
+        self.views = {
+            (b, n): BucketViews.of(self.buffers, self.staging, b, n, sizes[2])
+            for b in self.batch_buckets
+            for n in self.tree_buckets
+        }
         self.node_ids = torch.arange(self.tree_buckets[-1], device=self.device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
@@ -94,52 +149,47 @@ class VerifyGraphRunner:
         if not self.use_graphs:
             return
         shapes = [(b, n) for b in reversed(self.batch_buckets) for n in reversed(self.tree_buckets)]
-        self._pad_from(0, 0)  # captured with every row padding: they write the dummy slot only
+        self.buffers.inputs.zero_()  # captured with every row padding: they write the dummy slot
         self.graphs = capture_shapes(shapes, "verify", self.device, self._body)
         log.info("verify graphs: batch %s x tree nodes %s", self.batch_buckets, self.tree_buckets)
 
-    def run(self, trees: TreeBatch, want_hidden: bool) -> VerifyOutput:
-        num_trees, num_nodes = trees.tokens.shape
+    def run(self, trees: HostTrees, want_hidden: list[bool]) -> VerifyOutput:
+        """``hidden``: for the trees ``want_hidden`` marks, rows 0 .. their depth (so at least
+        0 .. num_accepted); None when none does."""
+        num_trees, num_nodes = trees.shape
         batch = bucket_for(num_trees, self.batch_buckets)
         nodes = bucket_for(num_nodes, self.tree_buckets)
         assert batch is not None and nodes is not None, "check can_run first"
-        self._load(trees)
+        view = self.views[batch, nodes]
+        view.host_inputs_np[:] = pack_trees(trees, batch, nodes)
+        # One stream: the copy lands before the replay reads the buffer. Its host side is free to
+        # rewrite here because the last run synced after its own copy.
+        view.inputs.copy_(view.host_inputs, non_blocking=True)
         replay_or_run(self.graphs, (batch, nodes), self._body, self.clock)
-        rows = self.buffers.packed[:num_trees, : nodes + 2].tolist()  # the step's one sync
-        hidden = None
-        if want_hidden:  # copy: on CPU .to("cpu") is a view of the buffer the next step reuses
-            hidden = self.buffers.hidden[:num_trees, :num_nodes].to("cpu", copy=True)
+        host_rows = self._copy_back(view, _rows_wanted(trees, want_hidden))
+        rows = view.host_ids_np[:num_trees].tolist()
         counts = [row[nodes] for row in rows]
         token_ids = [row[1 : 1 + n] + [row[nodes + 1]] for row, n in zip(rows, counts, strict=True)]
-        return VerifyOutput(token_ids, counts, hidden)
+        return VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees))
+
+    def _copy_back(self, view: BucketViews, num_rows: int) -> torch.Tensor | None:
+        """The ids and hidden rows 0 .. num_rows - 1 of every tree into the host buffers, then
+        the step's one device->host sync. The host's rows [num_rows, b, H], or None."""
+        view.host_ids.copy_(view.ids, non_blocking=True)
+        host_rows = None
+        if num_rows:
+            host_rows = view.host_hidden[:num_rows]
+            host_rows.copy_(view.hidden[:num_rows], non_blocking=True)
+        if self.device.type == "cuda":  # non_blocking into pinned memory: wait before reading
+            torch.cuda.current_stream(self.device).synchronize()
+        return host_rows
 
     # ---- the fixed-shape step ---------------------------------------------------------
 
-    def _load(self, trees: TreeBatch) -> None:
-        buf = self.buffers
-        num_trees, num_nodes = trees.tokens.shape
-        self._pad_from(num_trees, num_nodes)
-        buf.tokens[:num_trees, :num_nodes].copy_(trees.tokens)
-        buf.parents[:num_trees, :num_nodes].copy_(trees.parents)
-        buf.valid[:num_trees, :num_nodes].copy_(trees.valid)
-        buf.rows[:num_trees].copy_(trees.rows)
-        buf.start_pos[:num_trees].copy_(trees.start_pos)
-
-    def _pad_from(self, num_trees: int, num_nodes: int) -> None:
-        """Everything past the step's trees back to padding: invalid children of the root."""
-        buf = self.buffers
-        for t in (buf.tokens, buf.parents):
-            t[num_trees:].zero_()
-            t[:num_trees, num_nodes:].zero_()
-        buf.valid[num_trees:].zero_()
-        buf.valid[:num_trees, num_nodes:].zero_()
-        buf.rows[num_trees:].zero_()
-        buf.start_pos[num_trees:].zero_()
-
     def _body(self, batch: int, nodes: int) -> None:
-        buf, dummy = self.buffers, self.pools.dummy_slot
-        tokens, parents, valid = (t[:batch, :nodes] for t in (buf.tokens, buf.parents, buf.valid))
-        rows, start = buf.rows[:batch], buf.start_pos[:batch]
+        view, dummy = self.views[batch, nodes], self.pools.dummy_slot
+        tokens, parents, real, rows, start = view.trees
+        valid = real != 0  # long 0/1 in the packed inputs, so that one copy carries them
         mask = tree_ops.tree_mask_and_positions(parents, valid, start)
         columns = (start[:, None] + self.node_ids[:nodes]).clamp(max=self.table.shape[1] - 1)
         node_slots = torch.where(valid, self.table[rows[:, None], columns], dummy)
@@ -151,8 +201,22 @@ class VerifyGraphRunner:
         target_next = self.model.greedy_ids(hidden).view(batch, nodes)
         accepted = tree_ops.greedy_accept_path(tokens, parents, valid, target_next)
         tree_ops.compact_accepted(self.pools.all_pools(), node_slots, accepted.path, dummy)
-        path_tokens = tokens.gather(1, accepted.path.clamp(min=0))
-        buf.packed[:batch, :nodes].copy_(path_tokens)
-        buf.packed[:batch, nodes].copy_(accepted.num_accepted)
-        buf.packed[:batch, nodes + 1].copy_(accepted.next_token)
-        buf.hidden[:batch, :nodes].copy_(self.pools.hidden[node_slots])
+        view.ids[:, :nodes].copy_(tokens.gather(1, accepted.path.clamp(min=0)))
+        view.ids[:, nodes].copy_(accepted.num_accepted)
+        view.ids[:, nodes + 1].copy_(accepted.next_token)
+        view.hidden.copy_(self.pools.hidden[node_slots.t()])  # node-major: see StepBuffers
+
+
+def _rows_wanted(trees: HostTrees, want_hidden: list[bool]) -> int:
+    """Hidden rows to bring back per tree: the accepted path of the deepest tree that asks."""
+    wanted = (p for p, want in zip(trees.parents, want_hidden, strict=True) if want)
+    return max((tree_depth(p) + 1 for p in wanted), default=0)
+
+
+def _tree_major(host_rows: torch.Tensor | None, num_trees: int) -> torch.Tensor | None:
+    """[num_trees, rows, H] of the host's node-major rows, in memory of its own: the host
+    rows are the next step's buffer (a view of them could change under the caller)."""
+    if host_rows is None:
+        return None
+    trees = host_rows[:, :num_trees].transpose(0, 1)
+    return trees.clone(memory_format=torch.contiguous_format)
