@@ -9,13 +9,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
+import torch
 
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter
 from draft_service.tree_types import DraftTree
 from model_runtime.wire import tensor_from_pb
 from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec.compute_thread import ComputeThread
+from splitspec.compute_thread import ComputeThread, may_run_inline
 
 
 class InvalidDraftInput(ValueError):
@@ -233,8 +234,9 @@ def tree_to_pb(request_id: str, tree: DraftTree | None) -> draft_pb2.DraftTree:
 
 
 class DraftServicer(draft_pb2_grpc.DraftModelServicer):
-    """Decoding, engine calls and encoding run on the compute thread (see ComputeThread); only
-    the reading of an Ingest stream stays on the gRPC handler thread."""
+    """Decoding, engine calls and encoding take the compute thread's turn, on that thread unless
+    they may run on the handler's own (splitspec/compute_thread.py); an Ingest stream is read
+    before its turn."""
 
     def __init__(
         self,
@@ -245,11 +247,12 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
     ) -> None:
         self.engine = engine
         self.info = info
-        self.compute = compute
+        inline = may_run_inline(info.device, torch.get_num_threads())
+        self.run = compute.run_here if inline else compute.run
         self.streams = streams  # ProposeStream: a router holds one
 
     def Propose(self, request, context):  # noqa: N802 (gRPC naming)
-        return _guard(context, lambda: self.compute.run(self._propose, request))
+        return _guard(context, lambda: self.run(self._propose, request))
 
     def _propose(self, request: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
         started = time.perf_counter()
@@ -266,10 +269,10 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         return self.streams.serve(request_iterator, context, self.Propose)
 
     def Ingest(self, request_iterator, context):  # noqa: N802
-        # The whole stream is read before the compute thread is asked: a slow sender must not
-        # stall other requests' rounds.
+        # The whole stream is read before the turn is taken: a slow sender must not stall other
+        # requests' rounds.
         messages = list(request_iterator)
-        return _guard(context, lambda: self.compute.run(self._ingest, messages))
+        return _guard(context, lambda: self.run(self._ingest, messages))
 
     def _ingest(self, messages: list[draft_pb2.IngestChunk]) -> draft_pb2.IngestResponse:
         started = time.perf_counter()
@@ -282,7 +285,7 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         )
 
     def Release(self, request, context):  # noqa: N802
-        released = self.compute.run(self.engine.release, list(request.request_ids))
+        released = self.run(self.engine.release, list(request.request_ids))
         return draft_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import grpc
+import torch
 
 from model_runtime.wire import tensor_to_pb
 from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
-from splitspec.compute_thread import ComputeThread
+from splitspec.compute_thread import ComputeThread, may_run_inline
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.request_table import SamplingSpec
@@ -45,8 +46,10 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
     ) -> None:
         self.engine = engine
         self.info = info
-        # The engine owns device state: every call runs on the one compute thread, in turn.
-        self.compute = compute
+        # The engine owns device state: every call takes the compute thread's turn, and runs
+        # on that thread unless it may run on the handler's own (splitspec/compute_thread.py).
+        inline = may_run_inline(engine.device.type, torch.get_num_threads())
+        self.run = compute.run_here if inline else compute.run
         self.streams = streams  # ForwardStream and VerifyStream: a router holds one of each
 
     def Forward(self, request, context):  # noqa: N802 (gRPC naming)
@@ -103,7 +106,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
 
     def Release(self, request, context):  # noqa: N802
-        released = self.compute.run(self.engine.release, list(request.request_ids))
+        released = self.run(self.engine.release, list(request.request_ids))
         return target_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802
@@ -111,6 +114,6 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
 
     def _call(self, context, fn, *args):
         try:
-            return self.compute.run(fn, *args)
+            return self.run(fn, *args)
         except (InvalidStep, UnknownRequest, OutOfCapacity) as err:
             context.abort(_STATUS[type(err)], str(err))

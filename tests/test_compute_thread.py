@@ -1,4 +1,5 @@
-"""ComputeThread: every call runs on one thread, in turn; results and errors come back."""
+"""ComputeThread: every call runs on one thread, in turn; results and errors come back; calls
+run on their callers' threads (run_here) still take turns with each other and with run's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from splitspec.compute_thread import ComputeThread
+from splitspec.compute_thread import ComputeThread, may_run_inline
 
 
 def test_calls_from_many_threads_all_run_on_one_thread_one_at_a_time() -> None:
@@ -45,3 +46,37 @@ def test_an_error_re_raises_in_the_caller_and_the_thread_keeps_serving() -> None
         assert compute.run(lambda a, b=0: a + b, 2, b=3) == 5
     finally:
         compute.close()
+
+
+def test_calls_here_and_on_the_thread_never_overlap() -> None:
+    compute = ComputeThread("test-compute")
+    running = threading.Semaphore(1)
+    here: list[int] = []
+
+    def work(i: int) -> int:
+        assert running.acquire(blocking=False), "two calls ran at once"
+        try:
+            if i % 2:
+                here.append(threading.get_ident())
+            return i + 1
+        finally:
+            running.release()
+
+    def call(i: int) -> int:
+        return compute.run_here(work, i) if i % 2 else compute.run(work, i)
+
+    try:
+        compute_thread = compute.run(threading.get_ident)
+        with ThreadPoolExecutor(max_workers=8) as callers:
+            results = list(callers.map(call, range(200)))
+    finally:
+        compute.close()
+    assert results == [i + 1 for i in range(200)]
+    assert here and compute_thread not in here  # run_here ran on the callers' threads
+
+
+def test_inline_only_where_no_openmp_team_can_form() -> None:
+    assert may_run_inline("cuda", 16)
+    assert may_run_inline("cuda:1", 16)
+    assert may_run_inline("cpu", 1)
+    assert not may_run_inline("cpu", 2)
