@@ -107,8 +107,8 @@ class EagleHead(nn.Module):
             logits = self.lm_head(normed)
         else:
             logits = normed @ self._hot_weight.T
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        probs, index = torch.softmax(logits, dim=-1).topk(k, dim=-1)
+        wide = torch.promote_types(logits.dtype, torch.float32)  # the cast is in the softmax
+        probs, index = torch.softmax(logits, dim=-1, dtype=wide).topk(k, dim=-1)
         tokens = index if self.hot_token_ids is None else self.hot_token_ids[index]
         return probs, tokens
 

@@ -92,23 +92,54 @@ def search_tree(head: EagleHead, kv: KVPools, inputs: SearchInputs, shape: TreeS
         seen=torch.zeros(seen_shape, dtype=torch.long if inputs.paged else torch.bool,
                          device=device),
     )  # fmt: skip
-    # Per node, the same at every level: its request's context length (and table row).
-    node_context = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
-    found = [(tokens, scores, torch.full_like(tokens, -1))]
+    levels = _Levels.of(inputs, k, shape.num_steps)
+    found_tokens, found_scores, found_parents = [tokens], [scores], []
     num_found = k
     for step in range(1, shape.num_steps):
-        features, seen = _run_frontier(head, kv, inputs, frontier, step, node_context)
+        features, seen = _run_frontier(head, kv, inputs, frontier, step, levels)
         child_p, child_tokens = head.draft_distribution(features, k)  # [B, k, k]
         child_scores = (frontier.scores[..., None] * child_p).flatten(1)
-        child_parents = frontier.index[..., None].expand(-1, -1, k).flatten(1)
-        found.append((child_tokens.flatten(1), child_scores, child_parents))
+        found_tokens.append(child_tokens.flatten(1))
+        found_scores.append(child_scores)
+        found_parents.append(frontier.index[..., None].expand(-1, -1, k))  # a view: no copy
         if step + 1 < shape.num_steps:
             frontier = _next_frontier(
                 child_tokens.flatten(1), child_scores, features, seen, num_found, k
             )
         num_found += k * k
-    tokens, scores, parents = (torch.cat(parts, dim=1) for parts in zip(*found, strict=True))
-    return Candidates(tokens, scores, parents)
+    parents = [torch.full_like(tokens, -1)]
+    if found_parents:  # one copy for every level's parents, read through their views
+        parents.append(torch.cat(found_parents, dim=1).flatten(1))
+    return Candidates(
+        torch.cat(found_tokens, dim=1), torch.cat(found_scores, dim=1), torch.cat(parents, dim=1)
+    )
+
+
+@dataclass
+class _Levels:
+    """Per node (B * k of a level), what every level of a search reads, built once: its
+    request's context length and table row, its position and key count at each level, and
+    each level's write slots; contiguous, as the paged kernel wants them."""
+
+    context: torch.Tensor  # [B * k]
+    rows: torch.Tensor | None  # [B * k] table rows (paged)
+    offsets: torch.Tensor  # [S + 1, B * k]: context + s (a level-s node's position is row s - 1)
+    write_slots: torch.Tensor  # [S, B * k]: scratch slots a level's nodes write
+
+    @staticmethod
+    def of(inputs: SearchInputs, k: int, num_steps: int) -> _Levels:
+        num_req = inputs.context_lens.shape[0]
+        context = inputs.context_lens[:, None].expand(num_req, k).reshape(-1).contiguous()
+        rows = None
+        if inputs.table_rows is not None:
+            rows = inputs.table_rows[:, None].expand(num_req, k).reshape(-1).contiguous()
+        levels = torch.arange(num_steps, device=context.device)
+        steps = num_steps - 1
+        scratch = inputs.scratch_slots.view(num_req, steps, k).transpose(0, 1)
+        return _Levels(
+            context, rows, context[None, :] + levels[:, None],
+            scratch.reshape(steps, num_req * k).contiguous(),
+        )  # fmt: skip
 
 
 def _run_frontier(
@@ -117,23 +148,23 @@ def _run_frontier(
     inputs: SearchInputs,
     frontier: _Frontier,
     step: int,
-    node_context: torch.Tensor,
+    levels: _Levels,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One head step over the frontier of every request: features [B, k, H], and what each
     node saw of the tree (its ancestors and itself)."""
     num_req, k = frontier.tokens.shape
-    write_slots = inputs.scratch_slots[:, (step - 1) * k : step * k]  # [B, k], a view
+    write_slots = levels.write_slots[step - 1]
     if inputs.paged:
-        seen = frontier.seen.clone()
-        seen[:, :, step - 1] = write_slots  # each node's own slot ends its path
-        meta = paged_tree_metadata(inputs, write_slots, seen, node_context, step)
+        seen = frontier.seen  # a fresh tensor (zeros, or the last level's gather): written in place
+        seen[:, :, step - 1] = write_slots.view(num_req, k)  # each node's own slot ends its path
+        meta = paged_tree_metadata(inputs, write_slots, seen, levels, step)
     else:
         columns = torch.arange(k, device=write_slots.device) + (step - 1) * k
         width = frontier.seen.shape[2]
         itself = torch.arange(width, device=columns.device)[None, :] == columns[:, None]
         seen = frontier.seen | itself  # each node sees itself (no host value: capturable)
-        meta = tree_metadata(inputs, write_slots.flatten(), seen)
-    positions = node_context + (step - 1)
+        meta = tree_metadata(inputs, write_slots, seen)
+    positions = levels.offsets[step - 1]
     out = head(frontier.tokens.flatten(), frontier.features.flatten(0, 1), positions, kv, meta)
     return out.view(num_req, k, -1), seen
 
@@ -183,23 +214,21 @@ def paged_tree_metadata(
     inputs: SearchInputs,
     write_slots: torch.Tensor,
     paths: torch.Tensor,
-    node_context: torch.Tensor,
+    levels: _Levels,
     step: int,
 ) -> PagedMetadata:
     """The same keys for the paged backend: the context from the request's table row, then the
     ``step`` scratch slots of the node's path (its ancestors and itself), root to leaf."""
     num_req, k, depth = paths.shape
-    table, table_rows = inputs.table, inputs.table_rows
-    assert table is not None and table_rows is not None
+    assert inputs.table is not None and levels.rows is not None
     return PagedMetadata(
-        write_slots=write_slots.reshape(-1).contiguous(),
-        table=table,
-        # Contiguous: a one-request expand flattens to a stride-0 view the kernel reads past.
-        query_row=table_rows[:, None].expand(num_req, k).reshape(-1).contiguous(),
-        query_len=node_context + step,
-        prefix_len=node_context,
+        write_slots=write_slots,
+        table=inputs.table,
+        query_row=levels.rows,
+        query_len=levels.offsets[step],
+        prefix_len=levels.context,
         path=paths.view(num_req * k, depth),
-        max_keys=table.shape[1] + depth,  # fixed: the grid must not follow the contexts
+        max_keys=inputs.table.shape[1] + depth,  # fixed: the grid must not follow the contexts
         tile_tokens=k,  # a request's k nodes of a level share its context
     )
 
