@@ -6,6 +6,7 @@ round reports its wall time (what the draft service's work would be) beside the 
 on its kernels (model_runtime/device_clock.py): the difference is host work.
 
   python -m benchmarks.gpu_draft_steps [--batches 1 4 16] [--context 256] [--trees 5,4,16 8,8,64]
+                                      [--no-eager] [--profile]
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ def random_head(dtype: torch.dtype) -> EagleHead:
 
 
 def round_times(
-    head: EagleHead, shape: TreeShape, batch: int, context: int, graphs: bool, rounds: int = 30
+    head: EagleHead,
+    shape: TreeShape,
+    batch: int,
+    context: int,
+    graphs: bool,
+    rounds: int = 30,
+    profile: bool = False,
 ) -> dict:
     drafter = EagleDrafter(head, shape, num_slots=batch * (context + rounds * 8) + 64)
     if graphs:
@@ -61,13 +68,23 @@ def round_times(
         drafter.propose(rids)  # ends in the device->host read of the trees
         wall_ms.append((time.perf_counter() - began) * 1e3)
         device_ms.append(drafter.take_device_ms())
-    return {
+    row = {
         "tree": [shape.num_steps, shape.topk, shape.num_draft_tokens],
         "batch": batch,
         "graphs": graphs,
         "round_ms": statistics.median(wall_ms[5:]),
         "device_ms": statistics.median(device_ms[5:]),
     }
+    if profile:  # the kernels of three more rounds, by device time
+        from benchmarks.gpu_profile import top_kernels
+
+        start = context + 1 + rounds * ACCEPTED
+        row["kernels"] = top_kernels(lambda: [
+            (drafter.append_many([ContextChunk(r, start + n * ACCEPTED, [7] * ACCEPTED,
+                                               start + n * ACCEPTED - 1, new_rows) for r in rids]),
+             drafter.propose(rids)) for n in range(3)
+        ], count=30)  # fmt: skip
+    return row
 
 
 def main() -> None:
@@ -76,6 +93,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--trees", nargs="+", default=["5,4,16", "8,8,64"])
     parser.add_argument("--no-eager", action="store_true", help="graphs only")
+    parser.add_argument("--profile", action="store_true", help="the kernels of three rounds")
     args = parser.parse_args()
     prefer_efficient_attention()
     use_fused_kernels(True)
@@ -85,7 +103,9 @@ def main() -> None:
         for graphs in (True,) if args.no_eager else (False, True):
             for shape in shapes:
                 for batch in args.batches:
-                    row = round_times(head, shape, batch, args.context, graphs)
+                    row = round_times(
+                        head, shape, batch, args.context, graphs, profile=args.profile
+                    )
                     print(json.dumps({"shape": "smollm2-135m eagle head", **row}), flush=True)
 
 
