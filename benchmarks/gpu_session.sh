@@ -11,6 +11,7 @@
 #   .snap/tree.tar  optional: `git archive HEAD` without the EAGLE head, to run committed code
 #                while the working tree is being edited (the head comes from the tree)
 # Steps: tests (the GPU test files), draft_steps (in-process draft rounds, no model needed),
+# draft_profile (the kernels of an 8,8,64 round),
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
@@ -53,7 +54,14 @@ while [ $# -gt 0 ]; do
         | tee "$out/gpu_tests.log" ;;
     draft_steps)
       timeout 150 python3 -m benchmarks.gpu_draft_steps --no-eager --batches 1 4 16 \
-        --trees 5,4,16 6,6,32 8,8,64 2>&1 | grep '^{' | tee "$out/draft_steps.jsonl" ;;
+        --trees 5,4,16 6,6,32 8,8,64 2>&1 | tr '\r' '\n' | grep '^{' \
+        | tee "$out/draft_steps.jsonl" ;;
+    draft_profile)
+      timeout 100 python3 -m benchmarks.gpu_draft_steps --no-eager --batches 1 --trees 8,8,64 \
+        --profile 2>&1 | tr '\r' '\n' | grep '^{' >"$out/draft_profile.json"
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(k) for k in
+        r['kernels']]; print({k: v for k, v in r.items() if k != 'kernels'})" \
+        "$out/draft_profile.json" ;;
     stack_tests)
       timeout 200 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_stack.py 2>&1 \
         | tail -15 | tee "$out/stack_tests.log" ;;
