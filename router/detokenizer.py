@@ -47,6 +47,17 @@ class IncrementalDetokenizer:
             return ""
         return self._advance(new_text[len(prefix_text) :])
 
+    def add_each(self, ids: Sequence[int]) -> str:
+        """What ``add([i])`` for each id in turn returns, joined (the same cuts, so the same
+        held-back text at the end), without a call per id."""
+        pieces = []
+        for token in ids:
+            self._ids.append(token)
+            prefix_text, new_text = self._decode_pending()
+            if len(new_text) > len(prefix_text) and not new_text.endswith(_REPLACEMENT_CHAR):
+                pieces.append(self._advance(new_text[len(prefix_text) :]))
+        return "".join(pieces)
+
     def flush(self) -> str:
         """Return whatever was held back, U+FFFD included; call once at the end of the stream."""
         prefix_text, new_text = self._decode_pending()

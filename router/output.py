@@ -29,11 +29,14 @@ class OutputStream:
     def __init__(self, tokenizer: Tokenizer, options: SamplingOptions) -> None:
         self.options = options
         self.eos_ids = frozenset() if options.ignore_eos else frozenset(tokenizer.eos_token_ids)
+        self._end_ids = options.stop_token_ids | self.eos_ids
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(options.stop)
         self.num_tokens = 0
 
     def commit(self, token_ids: Sequence[int]) -> Committed:
+        if not self.stops.stop_strings:
+            return self._commit_block(list(token_ids))
         out = Committed([], "")
         for token in token_ids:
             out.token_ids.append(token)
@@ -50,6 +53,30 @@ class OutputStream:
                 out.finish_reason = pb.FINISH_REASON_LENGTH
                 out.text += self._flush()
                 break
+        return out
+
+    def _commit_block(self, block: list[int]) -> Committed:
+        """``commit`` without stop strings: the same cut, reason and text, but the stop rules
+        on ids are found over the whole block and the text comes from one detokenizer call."""
+        out = Committed([], "")
+        if not block:
+            return out
+        room = max(1, self.options.max_new_tokens - self.num_tokens)
+        end = room  # where a stop token or EOS ends the block first, if one does
+        if not self._end_ids.isdisjoint(block):
+            end = next(i for i, token in enumerate(block) if token in self._end_ids)
+        if end < room:  # that token is kept, and is not part of the text
+            out.token_ids = block[: end + 1]
+            self._stopped_by_token(block[end], out)
+            out.text = self.detokenizer.add_each(block[:end]) + self.detokenizer.flush()
+        elif len(block) >= room:
+            out.token_ids = block[:room]
+            out.finish_reason = pb.FINISH_REASON_LENGTH
+            out.text = self.detokenizer.add_each(out.token_ids) + self.detokenizer.flush()
+        else:
+            out.token_ids = block
+            out.text = self.detokenizer.add_each(block)
+        self.num_tokens += len(out.token_ids)
         return out
 
     def _stopped_by_token(self, token: int, out: Committed) -> bool:

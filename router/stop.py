@@ -35,6 +35,12 @@ class StopMatcher:
         self._matched: str | None = None
 
     @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """The stop strings matched for (empty ones dropped): none, and ``push`` passes text
+        through as it comes."""
+        return self._stops
+
+    @property
     def stopped(self) -> bool:
         """Whether a stop string has matched."""
         return self._matched is not None
