@@ -21,6 +21,7 @@ from router import telemetry
 P = "splitspec:"
 disable_created_metrics()  # no *_created samples: as vLLM does, they only clutter scrapes
 MAX_POSITIONS = 16  # acceptance by position: deeper positions are counted in the last one
+_POSITIONS = [str(pos) for pos in range(MAX_POSITIONS)]
 FINISHED: dict[int, str] = {
     pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_EOS: "stop",
@@ -41,6 +42,9 @@ class RouterMetrics(telemetry.Observer):
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self._last_emit: dict[str, float] = {}
+        # Labelled children by (metric, label values): ``labels()`` takes a lock and checks its
+        # arguments on every call, and a round makes a dozen of these calls.
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._define()
         if scheduler is not None:
             self.registry.register(SchedulerGauges(scheduler, model_name))
@@ -79,16 +83,25 @@ class RouterMetrics(telemetry.Observer):
         )
         self.draft_down = count("draft_unavailable", "Replica failures.", ("replica",))
 
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(model_name, *values)``, made once."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(self.model_name, *values)
+        return child
+
     # ---- the hooks --------------------------------------------------------------------------
 
     def tokens_committed(self, req: Any, num_tokens: int, now: float) -> None:
         last = self._last_emit.get(req.request_id)
         self._last_emit[req.request_id] = now
-        self.generation_tokens.labels(self.model_name).inc(num_tokens)
+        self._child(self.generation_tokens).inc(num_tokens)
         if last is not None and num_tokens:
             per_token = (now - last) / num_tokens  # a verified block arrives all at once
+            itl = self._child(self.itl)
             for _ in range(num_tokens):
-                self.itl.labels(self.model_name).observe(per_token)
+                itl.observe(per_token)
 
     def request_finished(self, req: Any, reason: int, now: float) -> None:
         self._last_emit.pop(req.request_id, None)
@@ -106,18 +119,17 @@ class RouterMetrics(telemetry.Observer):
             self.ttft.labels(name).observe(req.first_token - req.arrival)
 
     def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
-        name = self.model_name
-        self.drafts.labels(name).inc()
-        self.draft_tokens.labels(name).inc(num_draft_tokens)
-        self.accepted.labels(name).inc(num_accepted)
+        self._child(self.drafts).inc()
+        self._child(self.draft_tokens).inc(num_draft_tokens)
+        self._child(self.accepted).inc(num_accepted)
         for pos in range(num_accepted):
-            self.accepted_pos.labels(name, str(min(pos, MAX_POSITIONS - 1))).inc()
+            self._child(self.accepted_pos, _POSITIONS[min(pos, MAX_POSITIONS - 1)]).inc()
 
     def target_call(self, method: str, device_ms: float) -> None:
-        self.target_step.labels(self.model_name, method).observe(device_ms / 1e3)
+        self._child(self.target_step, method).observe(device_ms / 1e3)
 
     def draft_call(self, address: str, method: str, seconds: float) -> None:
-        self.draft_rpc.labels(self.model_name, address, method).observe(seconds)
+        self._child(self.draft_rpc, address, method).observe(seconds)
 
     def draft_failure(self, address: str, reason: str) -> None:
         self.draft_down.labels(self.model_name, address).inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from collections.abc import AsyncIterator
 
@@ -108,7 +109,13 @@ class Speculation:
         for req in reqs:
             groups.setdefault(req.replica, []).append(req)
         self.last_draft_compute_ms = self.last_draft_device_ms = 0.0
-        answers = await asyncio.gather(*(self._propose_on(r, g) for r, g in groups.items()))
+        if len(groups) == 1:
+            # One replica: awaited as it is. A gather's task would leave the request unwritten
+            # for a turn of the loop, behind whatever else is ready (a client's stream write).
+            ((replica, group),) = groups.items()
+            answers = [await self._propose_on(replica, group)]
+        else:
+            answers = await asyncio.gather(*(self._propose_on(r, g) for r, g in groups.items()))
         return {t.request_id: t for trees in answers for t in trees}
 
     async def _propose_on(
@@ -194,11 +201,14 @@ class Speculation:
     ) -> tuple[list[int], list[int]]:
         size = max(1, min(len(tree.token_ids), self.max_tree_tokens, room))
         tokens, parents = list(tree.token_ids[:size]), list(tree.parent_indices[:size])
+        # Whole-list builtins, not a Python loop over the nodes (64 on the GPU's default tree).
         ok = (
-            len(parents) == size
+            len(tokens) == len(parents) == size
             and parents[0] == -1
-            and all(0 <= p < i for i, p in enumerate(parents) if i)
-            and all(0 <= t < self.vocab_size for t in tokens)
+            and (size == 1 or min(parents[1:]) >= 0)
+            and all(map(operator.lt, parents[1:], range(1, size)))  # a parent comes first
+            and min(tokens) >= 0
+            and max(tokens) < self.vocab_size
         )
         if not ok:
             log.warning("malformed tree for %s dropped", req.request_id)
