@@ -131,10 +131,13 @@ class Scheduler:
             await self.step()
 
     async def step(self) -> None:
-        clock = StepClock()
+        started = time.perf_counter()
         speculate = self._speculate()
-        # Catching drafters up belongs to the step it readies: its time is the mode's cost.
+        # Catching drafters up belongs to the step it readies: its time is the mode's cost (the
+        # switch's). The step timings' clock starts after it: an Ingest moves a request's whole
+        # context once, after its prefill or a target-only spell, and says nothing of a round.
         caught_up = speculate and await self._catch_up()
+        clock = StepClock()
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
         with clock.span("draft"):
@@ -166,17 +169,23 @@ class Scheduler:
             clock.draft_compute_ms = self.spec.last_draft_compute_ms
             clock.draft_device_ms = self.spec.last_draft_device_ms
         await self._finish(done)
-        self._measure(plan, bool(trees), clock, emitted, clean=not caught_up)
+        self._measure(plan, bool(trees), clock, emitted, clean=not caught_up, started=started)
 
     def _measure(
-        self, plan: list[Planned], speculative: bool, clock: StepClock, emitted: int, clean: bool
+        self,
+        plan: list[Planned],
+        speculative: bool,
+        clock: StepClock,
+        emitted: int,
+        clean: bool,
+        started: float,
     ) -> None:
-        """A decode-only step's committed tokens over its whole wall time (RPCs, commit,
-        streaming, releases): the speculation switch's input, and GetServerStatus's step
-        timings."""
+        """A decode-only step's committed tokens over its whole wall time since ``started``
+        (catch-up, RPCs, commit, streaming, releases): the speculation switch's input; and
+        GetServerStatus's step timings from ``clock``."""
         if plan and not any(p.prefill for p in plan):
             tokens = sum(len(p.req.output_ids) for p in plan) - emitted
-            seconds = time.perf_counter() - clock.started
+            seconds = time.perf_counter() - started
             if self._switch_batch:
                 self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
             self.timings.record(speculative, clock)
@@ -300,6 +309,8 @@ class Scheduler:
         await self._finish(aborted)
 
     async def _finish(self, reqs: list[Request], cache: bool = True) -> None:
+        if not reqs:
+            return
         for req in reqs:
             req.finished = True
             self.kv.finish(req, cache=cache)
@@ -309,11 +320,19 @@ class Scheduler:
         self.running = [r for r in self.running if id(r) not in gone]
         self.waiting = deque(r for r in self.waiting if id(r) not in gone)
         started = [r.request_id for r in reqs if r.num_sent_slots]
+        # The target's and the drafters' releases together: one round trip, not two in a row.
+        await asyncio.gather(
+            self._release_on_target(started),
+            *(self.spec.pool.release(r.replica, r.request_id) for r in reqs),
+        )
+
+    async def _release_on_target(self, request_ids: list[str]) -> None:
         try:
-            await self.target.release(started)
+            await self.target.release(request_ids)
         except grpc.aio.AioRpcError as err:
-            log.warning("target release failed for %d requests: %s", len(started), err.code().name)
-        await asyncio.gather(*(self.spec.pool.release(r.replica, r.request_id) for r in reqs))
+            log.warning(
+                "target release failed for %d requests: %s", len(request_ids), err.code().name
+            )
 
     async def _fail(self, plan: list[Planned], message: str) -> None:
         log.error("%s; failing %d requests", message, len(plan))

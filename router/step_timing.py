@@ -5,7 +5,8 @@ the target's replies, compute_ms in the drafters', and of that the device's time
 device_ms in both). What is left of the step is the router's
 (scheduling, commit, detokenize, streaming); what a call took beyond the service's work is the
 RPC's (serialization, the hops). Decode-only steps are counted: a prefill chunk's cost says
-nothing of a round."""
+nothing of a round. Nor does catching a drafter up (an Ingest of a request's whole context after
+its prefill or a target-only spell): a step's clock starts after it."""
 
 from __future__ import annotations
 
