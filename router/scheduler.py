@@ -182,12 +182,21 @@ class Scheduler:
     ) -> None:
         """A decode-only step's committed tokens over its whole wall time since ``started``
         (catch-up, RPCs, commit, streaming, releases): the speculation switch's input; and
-        GetServerStatus's step timings from ``clock``."""
-        if plan and not any(p.prefill for p in plan):
+        GetServerStatus's step timings from ``clock``. The switch counts every step it chose
+        the mode of (a probe's budget runs in steps with a prompt too) but takes the rate of
+        a clean one only: decode-only, ``clean`` (no drafter caught up in it), no request
+        finished in it (its release RPCs, and its last Forward cut to the tokens it had left,
+        are the request's end, not the mode's) and no prompt waiting (which holds a
+        target-only step to one decode step)."""
+        decode_only = bool(plan) and not any(p.prefill for p in plan)
+        if self._switch_batch:
             tokens = sum(len(p.req.output_ids) for p in plan) - emitted
             seconds = time.perf_counter() - started
-            if self._switch_batch:
-                self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
+            ended = any(p.req.finished for p in plan)
+            waiting = any(r.is_prefilling for r in self.running)
+            clean = clean and decode_only and not ended and not waiting
+            self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
+        if decode_only:
             self.timings.record(speculative, clock)
 
     def _num_decoding(self) -> int:
