@@ -9,18 +9,33 @@ a greedy output; only the speed moves.
 * A rate is the median of the newest WINDOW clean measurements, those of the mode not in use
   from its latest probe only: one slow step (a first graph replay, a collection) does not
   decide a bucket, and a drafter that got better is seen at the next probe. Clean means
-  decode-only and no drafter catch-up in the step: those costs are a transition's, not the
-  mode's.
+  decode-only, no drafter catch-up, no request finishing and no prompt waiting in the step:
+  those are a transition's or a request's costs (an Ingest, release RPCs, a last Forward cut
+  to the tokens left), not the mode's. Every step counts as a step of its bucket and of a
+  probe, clean or not. Closed groups end together, so most of their steps are clean; under
+  staggered load about exp(-B*T/L) are (B requests of L tokens, T tokens per step each: 37%
+  at B=32, T=8, L=256), and a bucket above a clear loser needs no samples (below).
 * Hysteresis, asymmetric on purpose: speculation starts only when it measures ON_ABOVE times
   target-only and stops once it is no longer OFF_BELOW times it, so the switch never keeps a
   mode it measured losing, and two close rates do not flip it every step.
-* Learning: a new bucket starts in its nearest decided neighbour's mode (none yet: the mode the
-  batch runs in now, which costs no transition), takes MIN_SAMPLES of it, then probes the other
-  mode at once. Probes recur after ``probe_after`` steps in the bucket, doubling from
-  FIRST_PROBE_AFTER to MAX_PROBE_AFTER. A probe wants PROBE_STEPS clean steps of the other
+* Monotonicity: speculation's advantage only shrinks as the batch grows (a verify costs more
+  per request, a target-only step less). A bucket's verdict (speculation's rate over
+  target-only's when it last settled) at or below 1/IMPLIES holds every larger bucket
+  target-only, one at or above IMPLIES every smaller bucket speculating: a held bucket runs
+  that mode, never probes and forms no verdict, so probes happen only at the boundary
+  between the smallest clear loser and the largest clear winner, where a change of
+  acceptance shows first; when the boundary moves, the buckets it frees measure for
+  themselves again. Only free buckets settle, so winners always lie below losers.
+* Learning: a new free bucket starts in its nearest neighbour's mode among those with a
+  verdict (none yet: the mode the batch runs in now, which costs no transition), takes
+  MIN_SAMPLES of it, then probes the other mode at once. Probes recur after ``probe_after``
+  steps in the bucket, from FIRST_PROBE_AFTER up to MAX_PROBE_AFTER: x4 after a probe whose
+  mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
+  starts after a clean step (not in a burst of unclean ones: a batch passing through this
+  size while prompts prefill or requests end), wants PROBE_STEPS clean steps of the other
   mode (one, when it is CLEAR) and lasts PROBE_BUDGET steps at most (a probe of speculation
-  first catches the drafters up, which takes steps at large batches), so probing costs at most
-  PROBE_BUDGET / probe_after of a bucket's steps.
+  first catches the drafters up, which takes steps at large batches), so probing costs at
+  most PROBE_BUDGET / probe_after of a bucket's steps.
 """
 
 from __future__ import annotations
@@ -37,10 +52,11 @@ MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
 PROBE_STEPS = 3  # clean measurements a probe collects, unless the first one is CLEAR
 CLEAR = 2.0  # a probe's first step this many times faster or slower than the mode ends it
 PROBE_BUDGET = 16  # steps a probe may last, measured or not
-FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, doubling while they confirm
+FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
 MAX_PROBE_AFTER = 512
 ON_ABOVE = 1.10  # speculate once speculation measures this many times target-only's rate
 OFF_BELOW = 1.02  # stop once it no longer measures this many times it
+IMPLIES = 1.25  # a verdict this far from 1 decides the buckets beyond it (larger or smaller)
 
 
 @dataclass
@@ -56,6 +72,7 @@ class _Bucket:
     probe_after: int = FIRST_PROBE_AFTER
     num_probes: int = 0
     num_switches: int = 0
+    verdict: float | None = None  # speculation's rate over target-only's when last settled
     _stale: deque[float] = field(default_factory=deque)  # the probed mode's samples before it
 
     @property
@@ -71,8 +88,9 @@ class _Bucket:
     def decided(self) -> bool:
         return all(self.samples.values())
 
-    def record(self, speculative: bool, tok_s: float | None) -> None:
-        """One decode-only step of this bucket; ``tok_s`` None: not clean, not measured."""
+    def record(self, speculative: bool, tok_s: float | None, held: bool = False) -> None:
+        """One step of this bucket; ``tok_s`` None: not clean, not measured; ``held``:
+        other buckets' verdicts decide this one's mode (see ``hold``)."""
         if tok_s is not None:
             self.samples[speculative].append(tok_s)
             self.num_measured[speculative] += 1
@@ -80,10 +98,24 @@ class _Bucket:
             self._probe_step(speculative == self.mode and tok_s is not None)
             return
         self.since_probe += 1
-        if self.decided and tok_s is not None:
+        if held or tok_s is None:
+            # Unclean: a probe starts after a clean step, not amid a burst of unclean ones (a
+            # batch passing this size while prompts prefill or requests end), where its budget
+            # would run out with nothing measured.
+            return
+        if self.decided:
             self._settle()  # the mode in use drifted (acceptance, load): compare again
         if self._probe_due():
             self._start_probe()
+
+    def hold(self, speculating: bool) -> None:
+        """Runs ``speculating``, decided by other buckets' verdicts: no probe, no settling.
+        A probe under way stops; what it measured stays."""
+        if self.probe_left:
+            self._stop_probe()
+        if self.speculating != speculating:
+            self.speculating = speculating
+            self.num_switches += 1
 
     def _probe_due(self) -> bool:
         if self.num_probes == 0:  # early: as soon as the first mode is measured
@@ -100,14 +132,27 @@ class _Bucket:
     def _probe_step(self, measured: bool) -> None:
         self.probe_left -= measured
         self.probe_budget -= 1
-        if self.probe_left and self.probe_budget > 0 and not self._clear():
-            return
+        if not self.probe_left or self.probe_budget <= 0 or self._clear():
+            self._end_probe()
+
+    def _end_probe(self) -> None:
+        self._stop_probe()
+        switched = self._settle()
+        self.probe_after = min(self._backoff(switched) * self.probe_after, MAX_PROBE_AFTER)
+
+    def _stop_probe(self) -> None:
         other = not self.speculating
         if not self.samples[other]:  # nothing clean came: the old evidence stands
             self.samples[other] = self._stale
         self.probe_left, self.since_probe = 0, 0
-        self._settle()
-        self.probe_after = min(2 * self.probe_after, MAX_PROBE_AFTER)
+
+    def _backoff(self, switched: bool) -> int:
+        """x4 when the probed mode lost by CLEAR: it needs a large change of acceptance or
+        load to win, which a later look sees as well. Else x2 (a probe that switched the
+        mode included: the mode left is looked at again at the usual pace)."""
+        held, probed = self.rate(self.speculating), self.rate(not self.speculating)
+        clear = held is not None and probed is not None and held >= probed * CLEAR
+        return 4 if clear and not switched else 2
 
     def _clear(self) -> bool:
         """Whether the probe's steps so far already differ from the mode in use by CLEAR:
@@ -122,6 +167,7 @@ class _Bucket:
         spec, plain = self.rate(True), self.rate(False)
         if spec is None or plain is None:
             return False
+        self.verdict = spec / plain
         if self.speculating and spec < plain * OFF_BELOW:
             self.speculating = False
         elif not self.speculating and spec > plain * ON_ABOVE:
@@ -162,30 +208,50 @@ class SpeculationSwitch:
         """Whether the next step with this many decoding requests should speculate."""
         if not self.enabled or num_decoding == 0:
             return True
-        return self._bucket(num_decoding).mode
+        bucket, _ = self._bucket(num_decoding)
+        return bucket.mode
 
     def record(
         self, num_decoding: int, speculative: bool, tokens: int, seconds: float, clean: bool = True
     ) -> None:
-        """One decode-only step: ``tokens`` committed in ``seconds`` of the step's wall time;
-        ``clean`` False (a drafter caught up in it) counts the step but not its rate."""
+        """One step whose mode ``speculate_next`` chose: ``tokens`` committed in ``seconds`` of
+        its wall time; ``clean`` False (see the module's docstring) counts the step but not
+        its rate."""
         if not self.enabled or num_decoding == 0:
             return
         self._last_mode = speculative
         measured = clean and tokens > 0 and seconds > 0
-        self._bucket(num_decoding).record(speculative, tokens / seconds if measured else None)
+        bucket, held = self._bucket(num_decoding)
+        bucket.record(speculative, tokens / seconds if measured else None, held)
 
-    def _bucket(self, num_decoding: int) -> _Bucket:
+    def _bucket(self, num_decoding: int) -> tuple[_Bucket, bool]:
+        """The bucket (made in its prior mode when new) and whether other buckets' verdicts
+        decide its mode, which it then holds."""
         size = bucket_of(num_decoding)
+        implied = self.implied(size)
         if size not in self._buckets:
-            self._buckets[size] = _Bucket(speculating=self._prior(size))
-        return self._buckets[size]
+            start = self._prior(size) if implied is None else implied
+            self._buckets[size] = _Bucket(speculating=start)
+        bucket = self._buckets[size]
+        if implied is not None:
+            bucket.hold(implied)
+        return bucket, implied is not None
+
+    def implied(self, size: int) -> bool | None:
+        """The mode other buckets' clear verdicts hold this one in, by monotonicity (see the
+        module's docstring); None: it is free and measures for itself."""
+        verdicts = {s: b.verdict for s, b in self._buckets.items() if b.verdict is not None}
+        if any(size > s and v * IMPLIES <= 1 for s, v in verdicts.items()):
+            return False
+        if any(size < s and v >= IMPLIES for s, v in verdicts.items()):
+            return True
+        return None
 
     def _prior(self, size: int) -> bool:
-        """A new bucket's first mode: its nearest decided neighbour's (equally near ones
-        disagreeing: target-only), else the mode running now."""
+        """A new bucket's first mode: its nearest neighbour's among those with a verdict
+        (equally near ones disagreeing: target-only), else the mode running now."""
         decided = [(abs(BUCKETS.index(s) - BUCKETS.index(size)), s)
-                   for s, b in self._buckets.items() if b.decided]  # fmt: skip
+                   for s, b in self._buckets.items() if b.verdict is not None]  # fmt: skip
         if not decided:
             return self._last_mode
         nearest = min(d for d, _ in decided)

@@ -104,9 +104,10 @@ def test_a_drafter_that_gets_better_is_switched_back_on() -> None:
     switch = SpeculationSwitch(enabled=True)
     run_steps(switch, 100, spec_tok_s=40, plain_tok_s=100)
     modes = run_steps(switch, 300, spec_tok_s=300, plain_tok_s=100)
-    # Back on at the next probe, whose own steps outweigh the slow ones of earlier probes.
+    # Back on at the next probe, whose own steps outweigh the slow ones of earlier probes. The
+    # probe before the change lost by CLEAR, so the next one came 4x later, not 2x.
     assert all(modes[modes.index(True) :][:FIRST_PROBE_AFTER])
-    assert modes.index(True) <= 2 * FIRST_PROBE_AFTER + PROBE_STEPS
+    assert modes.index(True) <= 8 * FIRST_PROBE_AFTER + PROBE_STEPS
     assert sum(modes[-100:]) >= 100 - PROBE_STEPS and switch.num_switches == 2
 
 
