@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from protos import tensor_pb2
@@ -20,7 +22,10 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 def tensor_to_pb(t: torch.Tensor) -> tensor_pb2.Tensor:
     if t.dtype not in _NAMES:
         raise ValueError(f"dtype {t.dtype} cannot travel on the wire")
-    host = t.detach().to("cpu").contiguous()
+    host = t.detach()
+    if host.device.type != "cpu":
+        host = host.to("cpu")
+    host = host.contiguous()
     raw = host.view(torch.uint8).numpy().tobytes() if host.numel() else b""
     return tensor_pb2.Tensor(data=raw, dtype=_NAMES[t.dtype], shape=list(t.shape))
 
@@ -30,7 +35,7 @@ def tensor_from_pb(msg: tensor_pb2.Tensor, device: torch.device | str = "cpu") -
     if dtype is None:
         raise ValueError(f"unknown wire dtype {msg.dtype!r}")
     shape = tuple(msg.shape)
-    expected = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    expected = math.prod(shape) * dtype.itemsize
     if len(msg.data) != expected:
         raise ValueError(
             f"tensor of shape {shape} and {msg.dtype} needs {expected} bytes, got {len(msg.data)}"
