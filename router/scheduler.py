@@ -20,6 +20,7 @@ from protos import generation_pb2 as pb
 from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
+from router.draft_ahead import DraftAhead
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
 from router.final_item import fill_final
 from router.intake import ArrivalGate
@@ -76,6 +77,7 @@ class Scheduler:
         self.timings = StepTimings()
         self._switch_batch = 0  # the batch size the switch chose this step's mode for (0: none)
         self.multi_step = MultiStep(config.decode_steps)
+        self.draft_ahead = DraftAhead(spec)
 
     # ---- called by the servicer ---------------------------------------------------------
 
@@ -141,7 +143,10 @@ class Scheduler:
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
         with clock.span("draft"):
-            trees = await self._propose(plan) if speculate else {}
+            trees = await self._propose(plan, speculate)
+        if trees:  # read now: the next round's Propose may leave before this step ends
+            clock.draft_compute_ms = self.spec.last_draft_compute_ms
+            clock.draft_device_ms = self.spec.last_draft_device_ms
         plan, trees = await self.pressure.relieve(plan, trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
@@ -157,17 +162,17 @@ class Scheduler:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
         telemetry.target_replies(forward_reply, verify_reply)
+        if verify_reply is not None:
+            results = list(verify_reply.results)
+            await self._draft_next_round(verify, verify_items, results)
         done = self._commit_plain(
             plain, list(forward_reply.next_token_ids) if forward_reply else [], steps
         )
         if verify_reply is not None:
-            done += self._commit_verified(verify, verify_items, list(verify_reply.results))
+            done += self._commit_verified(verify, verify_items, results)
         replies = [r for r in (forward_reply, verify_reply) if r]
         clock.target_compute_ms = sum(r.forward_ms for r in replies)
         clock.target_device_ms = sum(r.device_ms for r in replies)
-        if trees:
-            clock.draft_compute_ms = self.spec.last_draft_compute_ms
-            clock.draft_device_ms = self.spec.last_draft_device_ms
         await self._finish(done)
         self._measure(plan, bool(trees), clock, emitted, clean=not caught_up, started=started)
 
@@ -233,9 +238,27 @@ class Scheduler:
             return None, await self.target.verify(verify_items)
         return (await forward(forward_items) if forward_items else None), None
 
-    async def _propose(self, plan: list[Planned]) -> dict:
+    async def _propose(self, plan: list[Planned], speculate: bool) -> dict:
+        """Trees for this step: those drafted ahead (router/draft_ahead.py), and a Propose
+        for the ready requests that were not among them."""
+        ahead, asked = await self.draft_ahead.take()  # taken even when not speculating
+        if not speculate:
+            return {}
         ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]
-        return await self.spec.propose(ready) if ready else {}
+        trees = {r.request_id: ahead[r.request_id] for r in ready if r.request_id in ahead}
+        rest = [r for r in ready if r.request_id not in asked]
+        return trees | (await self.spec.propose(rest) if rest else {})
+
+    async def _draft_next_round(self, verify: list, items: list, results: list) -> None:
+        """Each verified request's update for its drafter, and the next round's Propose on
+        its way (before the commit) for those the block cannot end by length."""
+        going_on = []
+        for (req, _), item, result in zip(verify, items, results, strict=True):
+            self.spec.after_verify(req, result, len(item.token_ids))
+            room = req.options.max_new_tokens - len(req.output_ids)
+            if len(result.token_ids) < room:
+                going_on.append(req)
+        await self.draft_ahead.send(going_on)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_running:
@@ -274,9 +297,10 @@ class Scheduler:
         return done
 
     def _commit_verified(self, verify: list, items: list, results: list) -> list[Request]:
+        """The blocks verified (each request's drafter update is already made, in
+        _draft_next_round)."""
         done: list[Request] = []
         for (req, _), item, result in zip(verify, items, results, strict=True):
-            self.spec.after_verify(req, result, len(item.token_ids))
             telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
             req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
             if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):

@@ -48,8 +48,9 @@ def test_a_losing_drafter_is_switched_off_and_outputs_do_not_change(
     for t in (plain, speculative):
         assert t.step_ms >= t.target_call_ms >= t.target_compute_ms > 0
     assert speculative.draft_call_ms > 0 and plain.draft_call_ms < speculative.draft_call_ms
-    # The drafter's own measure of its work, reported in its replies, fits inside the call.
-    assert 0 < speculative.draft_compute_ms < speculative.draft_call_ms
+    # The drafter's own measure of its work, reported in its replies. The call itself may have
+    # left in the step before (router/draft_ahead.py), so only its wait is in the step.
+    assert 0 < speculative.draft_compute_ms < speculative.step_ms
     assert plain.draft_compute_ms == 0
 
 
