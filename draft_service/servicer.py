@@ -248,6 +248,7 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         self.engine = engine
         self.info = info
         inline = may_run_inline(info.device, torch.get_num_threads())
+        compute.thread_setup = torch.get_num_threads  # torch's thread count on each thread
         self.run = compute.run_here if inline else compute.run
         self.streams = streams  # ProposeStream: a router holds one
 

@@ -11,7 +11,10 @@ Where no team can form (`may_run_inline`), the hop itself is the waste: handing 
 thread and its answer back costs two thread wake-ups, ~0.2 ms a call on the 2-core dev box
 (benchmarks/rpc_overhead.py). There `run_here` runs the call on the caller's own thread.
 Either way every call takes one lock first, so no two ever run at once, whichever thread runs
-them.
+them. A thread's own settings come from ``thread_setup``, once: a new thread's OpenMP
+thread count is all the cores until torch applies its own setting there, which its small ops
+never do, so the project's OpenMP kernels ran 16-thread teams in the handler threads of a
+16-core box (``--threads 1``: the target's step 1.99 -> 2.23 ms).
 """
 
 from __future__ import annotations
@@ -31,9 +34,13 @@ def may_run_inline(device: str, num_threads: int) -> bool:
 
 
 class ComputeThread:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, thread_setup: Callable[[], object] | None = None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._turn = threading.Lock()  # held by whichever thread runs a call, run's or run_here's
+        # Called on each thread before the first call it runs (e.g. torch.get_num_threads,
+        # which gives the thread torch's thread count for OpenMP).
+        self.thread_setup = thread_setup
+        self._set_up = threading.local()
 
     def run(self, fn: Callable[..., T], /, *args, **kwargs) -> T:
         """Calls fn on the compute thread and waits; its exceptions re-raise here."""
@@ -43,6 +50,10 @@ class ComputeThread:
         """Calls fn on this thread, in turn with every other call. fn must not call ``run``
         (the compute thread would wait for the turn fn holds)."""
         with self._turn:
+            if not getattr(self._set_up, "done", False):
+                if self.thread_setup is not None:
+                    self.thread_setup()
+                self._set_up.done = True
             return fn(*args, **kwargs)
 
     def close(self) -> None:

@@ -49,6 +49,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         # The engine owns device state: every call takes the compute thread's turn, and runs
         # on that thread unless it may run on the handler's own (splitspec/compute_thread.py).
         inline = may_run_inline(engine.device.type, torch.get_num_threads())
+        compute.thread_setup = torch.get_num_threads  # torch's thread count on each thread
         self.run = compute.run_here if inline else compute.run
         self.streams = streams  # ForwardStream and VerifyStream: a router holds one of each
 

@@ -80,3 +80,23 @@ def test_inline_only_where_no_openmp_team_can_form() -> None:
     assert may_run_inline("cuda:1", 16)
     assert may_run_inline("cpu", 1)
     assert not may_run_inline("cpu", 2)
+
+
+def test_each_thread_is_set_up_once_before_its_first_call() -> None:
+    set_up: list[int] = []
+    compute = ComputeThread(
+        "test-compute", thread_setup=lambda: set_up.append(threading.get_ident())
+    )
+
+    def call(_: int) -> None:
+        for _ in range(5):
+            compute.run_here(lambda: None)
+        compute.run(lambda: None)
+
+    try:
+        with ThreadPoolExecutor(max_workers=4) as callers:
+            list(callers.map(call, range(8)))
+    finally:
+        compute.close()
+    assert len(set_up) == len(set(set_up))  # once a thread
+    assert len(set_up) >= 2  # a caller's thread and the compute thread at least
