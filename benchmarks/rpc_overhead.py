@@ -1,9 +1,10 @@
 """What an internal RPC costs beyond the service's own work (issue 16, "a lean round").
 
-Starts a real target and an EAGLE draft replica on the CPU, on the tests' tiny Llama (one
-layer, hidden 32 by default; ``--hidden-size 576`` gives the default model's wire sizes) with
-the tests' oracle head, and calls them the way the router does (grpc.aio stubs, the router's
-channel options), one call at a time:
+Starts a real target and an EAGLE draft replica on the CPU (``--device cuda``: on the GPU,
+with their graphs), on the tests' tiny Llama (one layer, hidden 32 by default;
+``--hidden-size 576`` gives the default model's wire sizes) with the tests' oracle head, and
+calls them the way the router does (grpc.aio stubs, the router's channel options), one call at
+a time:
 
 - Forward: one decode token of one request (``forward_ms`` is the target's work);
 - Verify: a 16-node tree, hidden rows back (``forward_ms``);
@@ -69,9 +70,11 @@ def model_dirs(root: Path, hidden_size: int) -> tuple[Path, Path]:
     return model, head
 
 
-def start_services(model: Path, head: Path, log_dir: Path, threads: int) -> list[ServiceProcess]:
+def start_services(
+    model: Path, head: Path, log_dir: Path, args: argparse.Namespace
+) -> list[ServiceProcess]:
     target_port, draft_port = free_ports(2)
-    cpu = ["--device", "cpu", "--dtype", "float32", "--threads", str(threads)]
+    cpu = ["--device", args.device, "--dtype", args.dtype, "--threads", str(args.threads)]
     eagle = ["--model", str(model), "--eagle-head", str(head), *cpu]
     pool = ["--num-slots", "4096", "--max-context", "2048"]
     target = ServiceProcess(
@@ -285,7 +288,7 @@ async def measure_echo(
 
 async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     model, head = model_dirs(work_dir, args.hidden_size)
-    services = start_services(model, head, work_dir, args.threads)
+    services = start_services(model, head, work_dir, args)
     echoes = {kind: start_echo(kind, work_dir) for kind in ("aio", "sync")}
     transports = ["unary"] + (["stream"] if args.streams else [])
     try:
@@ -306,7 +309,8 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     return {
         "label": args.label, "when": utc_now(), "machine_name": args.machine_name,
         "machine": machine_info(args.threads), "versions": versions(), "commit": git_commit(),
-        "config": {"hidden_size": args.hidden_size, "num_calls": args.num_calls,
+        "config": {"device": args.device, "dtype": args.dtype,
+                   "hidden_size": args.hidden_size, "num_calls": args.num_calls,
                    "warmup": args.warmup, "service_threads": args.threads,
                    "prompt_len": PROMPT_LEN, "tree_nodes": len(TREE_PARENTS),
                    "round_tokens": ROUND_TOKENS},
@@ -328,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
         help="unary calls only (services from before the *Stream methods)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each service")
+    parser.add_argument("--device", default="cpu", help="the services' device (cpu, cuda)")
+    parser.add_argument("--dtype", default="float32")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--work-dir", type=Path, default=None, help="model folders and logs")
     args = parser.parse_args(argv)
