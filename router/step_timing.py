@@ -6,9 +6,10 @@ device_ms in both). What is left of the step is the router's
 (scheduling, commit, detokenize, streaming); what a call took beyond the service's work is the
 RPC's (serialization, the hops). A speculative step's Propose usually left in the step before,
 as soon as its Verify replied (router/draft_ahead.py): its await is then the wait that was left,
-and the drafter's work overlaps the router's commit of the step before. Decode-only steps are counted: a prefill chunk's cost says
-nothing of a round. Nor does catching a drafter up (an Ingest of a request's whole context after
-its prefill or a target-only spell): a step's clock starts after it."""
+and the drafter's work overlaps the router's commit of the step before. Decode-only steps are
+counted: a prefill chunk's cost says nothing of a round. Nor does catching a drafter up (an
+Ingest of a request's whole context after its prefill or a target-only spell): a step's clock
+starts after it."""
 
 from __future__ import annotations
 
