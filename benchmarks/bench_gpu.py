@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                             args.max_new_tokens, args.attention)),
         ("prompt_sets", lambda: gpu_spec_phases.prompt_sets(
             prompt_set_ids(args.prompts, args.num_bf16), args.max_new_tokens, args.attention,
-            [(5, 4, 16), (8, 8, 64)])),
+            args.prompt_set_trees)),
         ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
                                                           [4, 16, 64], args.attention)),
         ("exact_cost", lambda: gpu_spec_phases.exact_cost(prompts[: args.num_bf16],
@@ -293,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
                         "runs --exact")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
+    parser.add_argument("--prompt-set-trees", nargs="+", default=[(5, 4, 16), (8, 8, 64)],
+                        type=lambda t: tuple(map(int, t.split(","))),
+                        help="trees of the prompt_sets phase, as steps,topk,tokens")
     parser.add_argument("--target-only", nargs="+", default=list(gpu_target_only.VARIANTS),
                         choices=list(gpu_target_only.VARIANTS), help="target-only stacks to time")
     parser.add_argument("--decode-steps", type=int, default=None, help="the targets' "
