@@ -1,5 +1,5 @@
-"""The next round's Propose, sent as soon as a Verify's reply is in, before the router commits
-and streams what it accepted.
+"""The drafting side of a router step: the trees it verifies, and the next round's Propose,
+sent as soon as a Verify's reply is in, before the router commits and streams what it accepted.
 
 A round's Propose carries what the last Verify committed (router/speculation.py `after_verify`)
 and nothing the commit decides, so it can leave before the commit: the drafter then works while
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 
-from protos import draft_pb2
+from protos import draft_pb2, target_pb2
 from router.request import Request
 from router.speculation import Speculation
 
@@ -28,6 +28,35 @@ class DraftAhead:
         self.spec = spec
         self._call: asyncio.Task | None = None
         self._asked: set[str] = set()
+
+    async def trees(
+        self, decoding: list[Request], speculate: bool
+    ) -> dict[str, draft_pb2.DraftTree]:
+        """A step's trees for its decoding requests: those drafted ahead, and a Propose now
+        for the ready ones that were not among them. The call out is taken even when the
+        step does not speculate: its replies keep the requests' draft state in line."""
+        ahead, asked = await self.take()
+        if not speculate:
+            return {}
+        ready = [r for r in decoding if self.spec.ready(r)]
+        trees = {r.request_id: ahead[r.request_id] for r in ready if r.request_id in ahead}
+        rest = [r for r in ready if r.request_id not in asked]
+        return trees | (await self.spec.propose(rest) if rest else {})
+
+    async def after_verify(
+        self,
+        verify: list[tuple[Request, draft_pb2.DraftTree]],
+        items: list[target_pb2.VerifyItem],
+        results: list[target_pb2.VerifyResult],
+    ) -> None:
+        """Each verified request's update for its drafter, then the next round's Propose on
+        its way for those whose block cannot reach their length."""
+        going_on = []
+        for (req, _), item, result in zip(verify, items, results, strict=True):
+            self.spec.after_verify(req, result, len(item.token_ids))
+            if len(result.token_ids) < req.options.max_new_tokens - len(req.output_ids):
+                going_on.append(req)
+        await self.send(going_on)
 
     async def send(self, reqs: list[Request]) -> None:
         """Proposes for ``reqs`` in the background; returns once the call is on its way."""

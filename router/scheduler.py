@@ -12,12 +12,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 
 import grpc
 
 from protos import generation_pb2 as pb
-from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.draft_ahead import DraftAhead
@@ -143,7 +141,8 @@ class Scheduler:
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
         with clock.span("draft"):
-            trees = await self._propose(plan, speculate)
+            ready = [p.req for p in plan if not p.prefill]
+            trees = await self.draft_ahead.trees(ready, speculate)
         if trees:  # read now: the next round's Propose may leave before this step ends
             clock.draft_compute_ms = self.spec.last_draft_compute_ms
             clock.draft_device_ms = self.spec.last_draft_device_ms
@@ -155,7 +154,7 @@ class Scheduler:
         verify_items = self.spec.verify_items(verify)
         try:
             with clock.span("target"):
-                forward_reply, verify_reply = await self._call_target(
+                forward_reply, verify_reply = await self.target.step(
                     forward_items, verify_items, steps
                 )
         except grpc.aio.AioRpcError as err:
@@ -164,7 +163,7 @@ class Scheduler:
         telemetry.target_replies(forward_reply, verify_reply)
         if verify_reply is not None:
             results = list(verify_reply.results)
-            await self._draft_next_round(verify, verify_items, results)
+            await self.draft_ahead.after_verify(verify, verify_items, results)
         done = self._commit_plain(
             plain, list(forward_reply.next_token_ids) if forward_reply else [], steps
         )
@@ -223,43 +222,6 @@ class Scheduler:
             await self.spec.catch_up(behind)
         return bool(behind)
 
-    async def _call_target(
-        self,
-        forward_items: list[target_pb2.ForwardItem],
-        verify_items: list[target_pb2.VerifyItem],
-        steps: int,
-    ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
-        """The step's Forward and Verify, together when it has both; a lone call is awaited
-        as it is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
-        forward = partial(self.target.forward, decode_steps=steps)
-        if forward_items and verify_items:
-            return await asyncio.gather(forward(forward_items), self.target.verify(verify_items))
-        if verify_items:
-            return None, await self.target.verify(verify_items)
-        return (await forward(forward_items) if forward_items else None), None
-
-    async def _propose(self, plan: list[Planned], speculate: bool) -> dict:
-        """Trees for this step: those drafted ahead (router/draft_ahead.py), and a Propose
-        for the ready requests that were not among them."""
-        ahead, asked = await self.draft_ahead.take()  # taken even when not speculating
-        if not speculate:
-            return {}
-        ready = [p.req for p in plan if not p.prefill and self.spec.ready(p.req)]
-        trees = {r.request_id: ahead[r.request_id] for r in ready if r.request_id in ahead}
-        rest = [r for r in ready if r.request_id not in asked]
-        return trees | (await self.spec.propose(rest) if rest else {})
-
-    async def _draft_next_round(self, verify: list, items: list, results: list) -> None:
-        """Each verified request's update for its drafter, and the next round's Propose on
-        its way (before the commit) for those the block cannot end by length."""
-        going_on = []
-        for (req, _), item, result in zip(verify, items, results, strict=True):
-            self.spec.after_verify(req, result, len(item.token_ids))
-            room = req.options.max_new_tokens - len(req.output_ids)
-            if len(result.token_ids) < room:
-                going_on.append(req)
-        await self.draft_ahead.send(going_on)
-
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_running:
             if not self.kv.try_admit(self.waiting[0]):
@@ -297,8 +259,8 @@ class Scheduler:
         return done
 
     def _commit_verified(self, verify: list, items: list, results: list) -> list[Request]:
-        """The blocks verified (each request's drafter update is already made, in
-        _draft_next_round)."""
+        """The blocks verified (each request's drafter update is already made: DraftAhead's
+        after_verify)."""
         done: list[Request] = []
         for (req, _), item, result in zip(verify, items, results, strict=True):
             telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
