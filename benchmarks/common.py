@@ -348,3 +348,10 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     tmp.replace(path)
+
+
+def save_run(path: Path, label: str, report: dict[str, Any]) -> None:
+    """Adds ``report`` to the runs kept in ``path``, replacing an earlier run of ``label``."""
+    previous = json.loads(path.read_text()) if path.is_file() else {"runs": []}
+    runs = [r for r in previous.get("runs", []) if r.get("label") != label]
+    write_json(path, {"runs": [*runs, report]})

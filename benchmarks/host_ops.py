@@ -47,7 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import machine_info, utc_now, versions, write_json
+from benchmarks.common import machine_info, save_run, utc_now, versions
 from model_runtime.loading import load_model
 from plumbing.paths import default_cache_dir
 from target_service import engine as engine_module
@@ -299,9 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     }  # fmt: skip
     print(json.dumps(report["scenarios"], indent=1))
     if args.out:
-        previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}
-        runs = [r for r in previous.get("runs", []) if r.get("label") != args.label]
-        write_json(args.out, {"runs": [*runs, report]})
+        save_run(args.out, args.label, report)
         print(f"wrote {args.out} ({args.label})")
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from benchmarks.common import REPO_ROOT, git_commit, machine_info, utc_now, versions, write_json
+from benchmarks.common import REPO_ROOT, git_commit, machine_info, save_run, utc_now, versions
 from benchmarks.rpc_echo import ECHO_METHOD, start_echo
 from protos import draft_pb2, draft_pb2_grpc, target_pb2, target_pb2_grpc
 from splitspec.grpc_util import CHANNEL_OPTIONS
@@ -340,9 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     work_dir = args.work_dir or Path(tempfile.gettempdir()) / "splitspec-rpc-overhead"
     work_dir.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(run(args, work_dir))
-    previous = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": []}
-    runs = [r for r in previous.get("runs", []) if r.get("label") != args.label]
-    write_json(args.out, {"runs": [*runs, report]})
+    save_run(args.out, args.label, report)
     print(f"wrote {args.out} ({args.label})")
 
 

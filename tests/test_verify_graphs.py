@@ -64,16 +64,20 @@ def greedy_continuations(model) -> list[list[int]]:
     return out
 
 
-def verify_rounds(engine: TargetEngine, continuations: list[list[int]], seed: int) -> list:
-    """Prefills every prompt, then two verify rounds of trees of different sizes."""
-    rng = random.Random(seed)
+def prefill(engine: TargetEngine, continuations: list[list[int]]) -> tuple:
+    """Every prompt prefilled: the slot source, each request's root position and root token."""
     slot = iter(range(NUM_SLOTS))
     engine.forward(
         [StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, GREEDY)
          for i, p in enumerate(PROMPTS)]
     )  # fmt: skip
-    starts = [len(p) for p in PROMPTS]
-    roots = [c[0] for c in continuations]
+    return slot, [len(p) for p in PROMPTS], [c[0] for c in continuations]
+
+
+def verify_rounds(engine: TargetEngine, continuations: list[list[int]], seed: int) -> list:
+    """Prefills every prompt, then two verify rounds of trees of different sizes."""
+    rng = random.Random(seed)
+    slot, starts, roots = prefill(engine, continuations)
     outcomes = []
     for round_ in range(2):
         items = []
@@ -144,13 +148,7 @@ def shrinking_rounds(engine: TargetEngine, continuations: list[list[int]], poiso
     with ``poison``, the runner's static buffers and their host twins are filled with junk
     before every step."""
     rng = random.Random(3)
-    slot = iter(range(NUM_SLOTS))
-    engine.forward(
-        [StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, GREEDY)
-         for i, p in enumerate(PROMPTS)]
-    )  # fmt: skip
-    starts = [len(p) for p in PROMPTS]
-    roots = [c[0] for c in continuations]
+    slot, starts, roots = prefill(engine, continuations)
     outcomes = []
     for round_, trees in enumerate(SHRINKING):
         items = []
