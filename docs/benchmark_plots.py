@@ -74,7 +74,47 @@ def hot_vocab(ax) -> str:
     return "hot_vocab.png"
 
 
-PLOTS: list[Callable] = [speculative_speed, acceptance_by_shape, target_only_vs_hf, hot_vocab]
+GPU_RUN = "gpu_stack_2026-12-02d.json"  # the latest whole-stack speculation run on the H200
+
+
+def gpu_round(ax) -> str:
+    """Where a batch-1 EAGLE round goes on the H200: device time and the rest, stacked."""
+    timing = _load(GPU_RUN)["spec_bf16"]["speculative"]["round_ms"]
+    parts = {
+        "target device": timing["target_device_ms"],
+        "target host + RPC": timing["target_call_ms"] - timing["target_device_ms"],
+        "draft device": timing["draft_device_ms"],
+        "draft host + RPC (wait left)": timing["draft_call_ms"] - timing["draft_device_ms"],
+        "router": timing["router_ms"],
+    }
+    left = 0.0
+    for name, ms in parts.items():
+        ax.barh(["round"], [ms], left=left, label=f"{name} {ms:.2f} ms")
+        left += ms
+    share = timing["not_device_share"]
+    ax.set_xlabel("ms")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+    ax.set_title(f"A batch-1 EAGLE round on the H200: {left:.2f} ms, {share:.0%} not device time")
+    return "gpu_round.png"
+
+
+def gpu_speculation(ax) -> str:
+    """EAGLE against target-only on the H200: by prompt set at batch 1, and the switch."""
+    data = _load(GPU_RUN)
+    groups = [f"batch 1\n{r['prompt_set']}" for r in data["prompt_sets"]]
+    groups += [f"batch {r['batch']}\nswitch" for r in data["switch"]]
+    ratios = [r["ratio"] for r in data["prompt_sets"]] + [r["ratio"] for r in data["switch"]]
+    _bars(ax, groups, {"tok/s over target-only's": ratios}, "x target-only")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(f"EAGLE on the H200, bf16, whole stack ({data['date'][:10]})")
+    return "gpu_speculation.png"
+
+
+PLOTS: list[Callable] = [
+    speculative_speed, acceptance_by_shape, target_only_vs_hf, hot_vocab, gpu_round,
+    gpu_speculation,
+]
 
 
 def render_all(out_dir: Path) -> list[Path]:
