@@ -12,10 +12,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import grpc
 
 from protos import generation_pb2 as pb
+from protos import target_pb2
 from router import telemetry
 from router.config import RouterConfig
 from router.draft_ahead import DraftAhead
@@ -154,7 +156,7 @@ class Scheduler:
         verify_items = self.spec.verify_items(verify)
         try:
             with clock.span("target"):
-                forward_reply, verify_reply = await self.target.step(
+                forward_reply, verify_reply = await self._call_target(
                     forward_items, verify_items, steps
                 )
         except grpc.aio.AioRpcError as err:
@@ -221,6 +223,21 @@ class Scheduler:
         if behind:
             await self.spec.catch_up(behind)
         return bool(behind)
+
+    async def _call_target(
+        self,
+        forward_items: list[target_pb2.ForwardItem],
+        verify_items: list[target_pb2.VerifyItem],
+        steps: int,
+    ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
+        """The step's Forward and Verify, together when it has both; a lone call is awaited
+        as it is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
+        forward = partial(self.target.forward, decode_steps=steps)
+        if forward_items and verify_items:
+            return await asyncio.gather(forward(forward_items), self.target.verify(verify_items))
+        if verify_items:
+            return None, await self.target.verify(verify_items)
+        return (await forward(forward_items) if forward_items else None), None
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_running:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from plumbing.rpc_stream import StreamedUnary
@@ -48,24 +47,6 @@ class TargetClient:
     async def verify(self, items: list[target_pb2.VerifyItem]) -> target_pb2.VerifyResponse:
         # Not retried either: compaction moves KV rows in place.
         return await self._verify(target_pb2.VerifyRequest(items=items), timeout=self.timeout_s)
-
-    async def step(
-        self,
-        forward_items: list[target_pb2.ForwardItem],
-        verify_items: list[target_pb2.VerifyItem],
-        decode_steps: int,
-    ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
-        """A router step's Forward and Verify, together when it has both; a lone call is
-        awaited as it is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
-        if forward_items and verify_items:
-            return await asyncio.gather(
-                self.forward(forward_items, decode_steps=decode_steps), self.verify(verify_items)
-            )
-        if verify_items:
-            return None, await self.verify(verify_items)
-        if forward_items:
-            return await self.forward(forward_items, decode_steps=decode_steps), None
-        return None, None
 
     async def read_hidden(
         self, request_id: str, start: int, end: int
