@@ -57,6 +57,17 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tenso
     return ids if out is None else out.copy_(ids)
 
 
+def softmax_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely columns of softmax(logits) per row: (probabilities in fp32 or wider,
+    int64 ids), sorted descending."""
+    if _fused(logits) and logits.dtype != torch.float64:
+        from kernels import softmax_topk as topk_kernel
+
+        return topk_kernel.softmax_topk(logits, k)
+    wide = torch.promote_types(logits.dtype, torch.float32)  # the cast is in the softmax
+    return torch.softmax(logits, dim=-1, dtype=wide).topk(k, dim=-1)
+
+
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if _fused(gate):
         from kernels import fused_ops

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model_runtime import fused_layers
+from model_runtime import fused, fused_layers
 from model_runtime.attention import AttentionMetadata
 from model_runtime.config import ModelConfig
 from model_runtime.layers import RMSNorm, RotaryTable
@@ -107,8 +107,7 @@ class EagleHead(nn.Module):
             logits = self.lm_head(normed)
         else:
             logits = normed @ self._hot_weight.T
-        wide = torch.promote_types(logits.dtype, torch.float32)  # the cast is in the softmax
-        probs, index = torch.softmax(logits, dim=-1, dtype=wide).topk(k, dim=-1)
+        probs, index = fused.softmax_topk(logits, k)
         tokens = index if self.hot_token_ids is None else self.hot_token_ids[index]
         return probs, tokens
 
