@@ -7,6 +7,11 @@ from pathlib import Path
 
 from model_runtime.config import DTYPES
 
+# Decode graph batch buckets, up to the router's default running batch (64): a batch past the
+# largest bucket decodes eagerly, which on the H200 ran batch 64 at a third of batch 32's
+# tok/s (benchmarks/results/gpu_stack_2026-12-02d.json, switch phase, target-only).
+DECODE_GRAPH_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
 ATTENTION_BACKENDS = ("auto", "torch", "paged", "flashinfer")
 
 
@@ -32,7 +37,7 @@ class TargetConfig:
     attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto",
     # or "flashinfer" (the paged metadata, FlashInfer's kernel; CUDA fp16/bf16, no graphs)
     exact: bool = False  # batch-invariant numerics (paged attention; few-row or invariant linears)
-    graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # decode graph batch buckets
+    graph_batch_sizes: tuple[int, ...] = DECODE_GRAPH_BATCHES
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
     max_decode_steps: int = 1  # most decode steps one Forward may run (multi_step.py)
 

@@ -27,10 +27,11 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
+from target_service.config import DECODE_GRAPH_BATCHES
 
 log = logging.getLogger("splitspec.target")
 
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+DEFAULT_BATCH_BUCKETS = DECODE_GRAPH_BATCHES
 MIN_CONTEXT_BUCKET = 256
 
 

@@ -26,7 +26,7 @@ from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
-from target_service.config import ATTENTION_BACKENDS, TargetConfig
+from target_service.config import ATTENTION_BACKENDS, DECODE_GRAPH_BATCHES, TargetConfig
 from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
@@ -133,8 +133,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
-        default=(1, 2, 4, 8, 16, 32),
-        help="CUDA: batch buckets of the decode graphs, comma-separated (default 1,2,4,8,16,32)",
+        default=DECODE_GRAPH_BATCHES,
+        help="CUDA: batch buckets of the decode graphs, comma-separated (a larger batch "
+        "decodes eagerly)",
     )
 
 
