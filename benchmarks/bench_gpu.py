@@ -33,6 +33,8 @@ from splitspec.launcher import LocalStack
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
 TARGET_EXTRA: list[str] = []  # --decode-steps N, for every stack's target
+DRAFT_DTYPE = ["bfloat16"]  # --draft-dtype, for every stack's EAGLE drafter
+ROUTER_EXTRA: list[str] = []  # --max-tree-tokens N, for every stack's router (and target)
 
 
 def stack(
@@ -48,7 +50,7 @@ def stack(
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
     target += TARGET_EXTRA + (target_extra or [])  # argparse: the last --decode-steps wins
-    draft = ["--method", "eagle", "--device", "cuda", "--dtype", "bfloat16"]
+    draft = ["--method", "eagle", "--device", "cuda", "--dtype", DRAFT_DTYPE[0]]
     if tree is not None:
         draft += [f"--{k}={v}" for k, v in zip(TREE_FLAGS, tree, strict=True)]
     drafts = [draft] if drafter else []
@@ -58,7 +60,8 @@ def stack(
     for extra in (router, target_extra):
         log_dir = log_dir.with_name(log_dir.name + "".join(extra or []))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return LocalStack(target, router or [], log_dir=log_dir, draft_args=drafts)  # by `with`
+    return LocalStack(target, (router or []) + ROUTER_EXTRA, log_dir=log_dir,
+                      draft_args=drafts)  # started by `with`
 
 
 TREE_FLAGS = ("num-steps", "topk", "num-draft-tokens")
@@ -293,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
                         "runs --exact")
     parser.add_argument("--only", nargs="*", default=None, help="run only these phases")
+    parser.add_argument("--draft-dtype", default="bfloat16", help="the EAGLE drafters' dtype")
+    parser.add_argument("--max-tree-tokens", type=int, default=None,
+                        help="the routers' and targets' largest tree (default theirs: 64)")
     parser.add_argument("--prompt-set-trees", nargs="+", default=[(5, 4, 16), (8, 8, 64)],
                         type=lambda t: tuple(map(int, t.split(","))),
                         help="trees of the prompt_sets phase, as steps,topk,tokens")
@@ -303,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.decode_steps is not None:
         TARGET_EXTRA[:] = ["--decode-steps", str(args.decode_steps)]
+    DRAFT_DTYPE[:] = [args.draft_dtype]
+    if args.max_tree_tokens is not None:
+        ROUTER_EXTRA[:] = ["--max-tree-tokens", str(args.max_tree_tokens)]
+        TARGET_EXTRA.extend(ROUTER_EXTRA)
     if args.write_prompts:
         write_prompts(args.write_prompts)
         return 0

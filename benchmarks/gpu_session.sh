@@ -15,7 +15,8 @@
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
-# (GPU_TESTS, BENCH_ARGS and BENCH_TIMEOUT in the environment adjust the tests and the bench.)
+# (GPU_TESTS, BENCH_ARGS, BENCH_NAME and BENCH_TIMEOUT in the environment adjust the tests and
+# the bench.)
 set -u
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out" /root/model-parts
@@ -73,7 +74,7 @@ while [ $# -gt 0 ]; do
       phases=$*; set --
       # shellcheck disable=SC2086
       timeout "${BENCH_TIMEOUT:-420}" python3 -m benchmarks.bench_gpu \
-        --prompts /root/model-parts/prompts.json --attention paged --out "$out/bench.json" \
+        --prompts /root/model-parts/prompts.json --attention paged --out "$out/${BENCH_NAME:-bench}.json" \
         ${BENCH_ARGS:-} --only $phases 2>&1 | tr '\r' '\n' \
         | grep -v '^ *$' | grep -iv 'it/s\]\|graph/s\]' | tail -60 ;;
     *) echo "unknown step $step" ;;

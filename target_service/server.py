@@ -30,7 +30,7 @@ from target_service.config import ATTENTION_BACKENDS, DECODE_GRAPH_BATCHES, Targ
 from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
-from target_service.verify_graphs import VerifyGraphRunner
+from target_service.verify_graphs import VerifyGraphRunner, tree_buckets_up_to
 
 log = logging.getLogger("splitspec.target")
 SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
@@ -235,6 +235,7 @@ def _attach_graphs(engine: TargetEngine, model: torch.nn.Module) -> None:
         engine.attach_graphs(runner)
     if config.verify_graphs and engine.paged:
         verify = VerifyGraphRunner(model, engine.pools, engine.table.slots,
+                                   tree_buckets=tree_buckets_up_to(config.max_tree_tokens),
                                    use_graphs=config.cuda_graphs)  # fmt: skip
         verify.capture_all()
         engine.attach_verify_graphs(verify)

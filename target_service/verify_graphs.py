@@ -51,6 +51,14 @@ BATCH_BUCKETS = (1, 2, 4, 8)  # speculation runs at small batches (see the route
 TREE_BUCKETS = (8, 16, 32, 64)  # nodes per tree, root included
 
 
+def tree_buckets_up_to(max_tree_tokens: int) -> tuple[int, ...]:
+    """Powers of two from 8 to the first at or past the target's largest tree."""
+    buckets = [TREE_BUCKETS[0]]
+    while buckets[-1] < max_tree_tokens:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
 @dataclass
 class StepBuffers:
     """Flat buffers sized for the largest bucket. The device's are the graphs' static inputs and
