@@ -11,6 +11,7 @@
 #   .snap/tree.tar  optional: `git archive HEAD` without the EAGLE head, to run committed code
 #                while the working tree is being edited (the head comes from the tree)
 # Steps: tests (the GPU test files), draft_steps (in-process draft rounds, no model needed),
+# acceptance (offline acceptance by tree shape, eager and graphs), router_logs (missed deadlines),
 # draft_profile (the kernels of an 8,8,64 round),
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), bench PHASE... (benchmarks/bench_gpu.py phases; last).
@@ -67,6 +68,20 @@ while [ $# -gt 0 ]; do
     stack_tests)
       timeout 200 python3 -m pytest -p no:cacheprovider -q tests/test_gpu_stack.py 2>&1 \
         | tail -15 | tee "$out/stack_tests.log" ;;
+    acceptance)
+      # Offline acceptance by tree shape against the bf16 target (benchmarks/acceptance_by_shape.py):
+      # the eager torch drafter, then the service's graphs and kernels, on the same replays.
+      for mode in "" --graphs; do
+        timeout 200 python3 -m benchmarks.acceptance_by_shape --device cuda --dtype bfloat16 \
+          --target-dtype bfloat16 --prompts /root/model-parts/prompts.json \
+          --data-dir /tmp/replays --out "$out/acceptance_by_shape.json" $mode \
+          --shapes ${ACCEPT_SHAPES:-8,8,64 10,10,128} 2>&1 | grep '^{'
+      done ;;
+    router_logs)
+      # Rounds the router ran without the drafter (a Propose past its deadline) per bench stack.
+      for log in /tmp/bench-gpu-*/router.log; do
+        echo "$log: $(grep -c 'missed a' "$log") missed deadlines, $(grep -c WARN "$log") warnings"
+      done ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
         --prompts /root/model-parts/prompts.json --out-dir "$out/profile" 2>&1 | tail -25 ;;

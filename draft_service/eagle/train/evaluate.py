@@ -9,7 +9,7 @@ accepted tokens with their target rows, exactly as the router relays them after 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -65,13 +65,17 @@ class _Replay:
 
 
 def evaluate(head: EagleHead, data: FeatureSet, shape: TreeShape, max_batch_size: int = 64,
-             indices: Sequence[int] | None = None, progress: bool = False) -> Acceptance:
-    """Replays every sequence (prompt + recorded greedy reply) through an EagleDrafter."""
+             indices: Sequence[int] | None = None, progress: bool = False,
+             prepare: Callable[[EagleDrafter], None] | None = None) -> Acceptance:
+    """Replays every sequence (prompt + recorded greedy reply) through an EagleDrafter
+    (``prepare``, e.g. the service's graph set-up, runs on it first)."""
     from tqdm import tqdm
 
     picked = list(range(len(data))) if indices is None else list(indices)
     num_slots = sum(int(data.lengths()[i]) for i in picked) + 1
     drafter = EagleDrafter(head, shape, num_slots, max_batch_size=max_batch_size)
+    if prepare is not None:
+        prepare(drafter)
     result = Acceptance({"num_steps": shape.num_steps, "topk": shape.topk,
                          "num_draft_tokens": shape.num_draft_tokens},
                         accepted_at_depth=[0] * (shape.num_steps + 1))
