@@ -16,17 +16,15 @@ from functools import partial
 
 import grpc
 
-from protos import generation_pb2 as pb
 from protos import target_pb2
 from router import telemetry
+from router.commit import Commit
 from router.config import RouterConfig
 from router.draft_ahead import DraftAhead
 from router.errors import DuplicateRequest, Overloaded, ServiceFailure
-from router.final_item import fill_final
 from router.intake import ArrivalGate
 from router.kv_manager import KVManager
 from router.multi_step import MultiStep, decode_item
-from router.output import Committed, OutputStream
 from router.request import Request
 from router.retraction import KVPressure
 from router.spec_switch import SpeculationSwitch
@@ -64,10 +62,10 @@ class Scheduler:
         self.kv = kv
         self.spec = spec
         self.counters = ServerCounters()
+        self.commit = Commit(tokenizer, self.counters)  # a step's blocks into the streams
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.in_flight: dict[str, Request] = {}
-        self.outputs: dict[str, OutputStream] = {}
         self._wakeup = asyncio.Event()
         self.intake = ArrivalGate()  # a burst of calls is taken in before the next step
         self.before_step: list[Callable[[], Awaitable[None]]] = [self.intake.settle]
@@ -94,7 +92,7 @@ class Scheduler:
             raise DuplicateRequest(f"request id {req.request_id!r} is already in flight")
         self.check_queue()
         self.in_flight[req.request_id] = req
-        self.outputs[req.request_id] = OutputStream(self.tokenizer, req.options)
+        self.commit.open(req)
         self.waiting.append(req)
         self._wakeup.set()
 
@@ -166,11 +164,11 @@ class Scheduler:
         if verify_reply is not None:
             results = list(verify_reply.results)
             await self.draft_ahead.after_verify(verify, verify_items, results)
-        done = self._commit_plain(
+        done = self.commit.plain(
             plain, list(forward_reply.next_token_ids) if forward_reply else [], steps
         )
         if verify_reply is not None:
-            done += self._commit_verified(verify, verify_items, results)
+            done += self.commit.verified(verify, verify_items, results)
         replies = [r for r in (forward_reply, verify_reply) if r]
         clock.target_compute_ms = sum(r.forward_ms for r in replies)
         clock.target_device_ms = sum(r.device_ms for r in replies)
@@ -259,65 +257,12 @@ class Scheduler:
             p.req.first_scheduled = p.req.first_scheduled or now
         return plan
 
-    def _commit_plain(self, plan: list[Planned], next_ids: list[int], steps: int) -> list[Request]:
-        """``steps`` > 1: K ids per request, kept up to the first stop (router/multi_step.py)."""
-        sampled = iter(next_ids)
-        done: list[Request] = []
-        for p in plan:
-            # K steps computed K positions; finishing caches only those of kept tokens.
-            p.req.num_computed += p.num_tokens + steps - 1
-            if not p.sample:
-                continue
-            # A target-only step leaves the drafter behind: it catches up afterwards.
-            p.req.draft_synced = False
-            block = [next(sampled) for _ in range(steps)]
-            if self._emit(p.req, self.outputs[p.req.request_id].commit(block)):
-                done.append(p.req)
-        return done
-
-    def _commit_verified(self, verify: list, items: list, results: list) -> list[Request]:
-        """The blocks verified (each request's drafter update is already made: DraftAhead's
-        after_verify)."""
-        done: list[Request] = []
-        for (req, _), item, result in zip(verify, items, results, strict=True):
-            telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
-            req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
-            if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
-                done.append(req)
-        return done
-
-    def _emit(self, req: Request, committed: Committed) -> bool:
-        """Streams a committed block; returns True when it ends the request."""
-        now = time.perf_counter()
-        req.first_token = req.first_token or now
-        req.output_ids += committed.token_ids
-        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
-        item = pb.GenerateResponse(
-            request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
-        )
-        if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
-            self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
-        req.outbox.put_nowait(item)
-        return committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED
-
-    def _fill_final(
-        self, item: pb.GenerateResponse, req: Request, reason: pb.FinishReason, matched: str
-    ) -> None:
-        now = time.perf_counter()
-        fill_final(item, req, reason, matched, now)
-        self.counters.record_finish(
-            len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
-        )
-        telemetry.observer().request_finished(req, reason, now)
-
     # ---- endings ------------------------------------------------------------------------------
 
     async def _drop_aborted(self) -> None:
         aborted = [r for r in self.in_flight.values() if r.abort_requested and not r.finished]
         for req in aborted:
-            item = pb.GenerateResponse(request_id=req.request_id)
-            self._fill_final(item, req, pb.FINISH_REASON_ABORT, "")
-            req.outbox.put_nowait(item)
+            self.commit.aborted(req)
         await self._finish(aborted)
 
     async def _finish(self, reqs: list[Request], cache: bool = True) -> None:
@@ -327,7 +272,7 @@ class Scheduler:
             req.finished = True
             self.kv.finish(req, cache=cache)
             self.in_flight.pop(req.request_id, None)
-            self.outputs.pop(req.request_id, None)
+            self.commit.close(req)
         gone = {id(r) for r in reqs}
         self.running = [r for r in self.running if id(r) not in gone]
         self.waiting = deque(r for r in self.waiting if id(r) not in gone)

@@ -1,0 +1,100 @@
+"""Commit, the last phase of a step: what the target answered becomes the requests' streams.
+
+Each request's block goes through its OutputStream (stop rules: EOS, stop ids and strings, the
+length limit, counted by ids), advances what the request has computed and is streamed; a block
+that ends its request carries the final item (usage, timings, speculation totals) and counts in
+the server's counters. Runs on the scheduler's task, like every other mutation of request state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from protos import draft_pb2, target_pb2
+from protos import generation_pb2 as pb
+from router import telemetry
+from router.final_item import fill_final
+from router.output import Committed, OutputStream
+from router.request import Request
+from router.stats import ServerCounters
+from router.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from router.scheduler import Planned
+
+
+class Commit:
+    def __init__(self, tokenizer: Tokenizer, counters: ServerCounters) -> None:
+        self.tokenizer = tokenizer
+        self.counters = counters
+        self.outputs: dict[str, OutputStream] = {}  # by request id, from submit to finish
+
+    def open(self, req: Request) -> None:
+        self.outputs[req.request_id] = OutputStream(self.tokenizer, req.options)
+
+    def close(self, req: Request) -> None:
+        self.outputs.pop(req.request_id, None)
+
+    def plain(self, plan: list[Planned], next_ids: list[int], steps: int) -> list[Request]:
+        """The Forward's sampled ids; returns the requests they ended. ``steps`` > 1: K ids
+        per request, kept up to the first stop (router/multi_step.py)."""
+        sampled = iter(next_ids)
+        done: list[Request] = []
+        for p in plan:
+            # K steps computed K positions; finishing caches only those of kept tokens.
+            p.req.num_computed += p.num_tokens + steps - 1
+            if not p.sample:
+                continue
+            # A target-only step leaves the drafter behind: it catches up afterwards.
+            p.req.draft_synced = False
+            block = [next(sampled) for _ in range(steps)]
+            if self._emit(p.req, self.outputs[p.req.request_id].commit(block)):
+                done.append(p.req)
+        return done
+
+    def verified(
+        self,
+        verify: list[tuple[Request, draft_pb2.DraftTree]],
+        items: list[target_pb2.VerifyItem],
+        results: list[target_pb2.VerifyResult],
+    ) -> list[Request]:
+        """The blocks verified; returns the requests they ended (each request's drafter update
+        is already made: DraftAhead's after_verify)."""
+        done: list[Request] = []
+        for (req, _), item, result in zip(verify, items, results, strict=True):
+            telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
+            req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
+            if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
+                done.append(req)
+        return done
+
+    def aborted(self, req: Request) -> None:
+        """The final item of a request its client aborted: no tokens, its usage and timings."""
+        item = pb.GenerateResponse(request_id=req.request_id)
+        self._fill_final(item, req, pb.FINISH_REASON_ABORT, "")
+        req.outbox.put_nowait(item)
+
+    def _emit(self, req: Request, committed: Committed) -> bool:
+        """Streams a committed block; returns True when it ends the request."""
+        now = time.perf_counter()
+        req.first_token = req.first_token or now
+        req.output_ids += committed.token_ids
+        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
+        item = pb.GenerateResponse(
+            request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
+        )
+        if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
+            self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
+        req.outbox.put_nowait(item)
+        return committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED
+
+    def _fill_final(
+        self, item: pb.GenerateResponse, req: Request, reason: pb.FinishReason, matched: str
+    ) -> None:
+        now = time.perf_counter()
+        fill_final(item, req, reason, matched, now)
+        self.counters.record_finish(
+            len(req.output_ids), req.verify_steps, req.draft_tokens, req.accepted_tokens
+        )
+        telemetry.observer().request_finished(req, reason, now)
