@@ -76,21 +76,30 @@ def chat_ids(prompts: list[str]) -> list[list[int]]:
     return [tokenizer.apply_chat_template([{"role": "user", "content": p}]) for p in prompts]
 
 
-def greedy_requests(prompts: list[list[int]], max_new: int, speculate: bool | None) -> list:
+def greedy_requests(
+    prompts: list[list[int]], max_new: int, speculate: bool | None, ignore_eos: bool = True
+) -> list:
+    """By default every stream runs its whole length (EOS ignored), so batches stay full and
+    runs compare; acceptance wants the replies as they end (``ignore_eos=False``)."""
     requests = [build_request("", False, max_new, 0.0, speculate=speculate) for _ in prompts]
     for request, ids in zip(requests, prompts, strict=True):
         request.input_ids.ids.extend(ids)
-        request.sampling.ignore_eos = True  # every stream runs its whole length: comparable
+        request.sampling.ignore_eos = ignore_eos
     return requests
 
 
 def throughput(
-    client: Client, prompts: list[list[int]], batch: int, max_new: int, spec=None
+    client: Client,
+    prompts: list[list[int]],
+    batch: int,
+    max_new: int,
+    spec: bool | None = None,
+    ignore_eos: bool = True,
 ) -> dict:
     """Closed groups of ``batch`` concurrent streams; tok/s over all groups' wall time."""
     tokens, wall, outputs = 0, 0.0, []
     for start in range(0, len(prompts), batch):
-        group = greedy_requests(prompts[start : start + batch], max_new, spec)
+        group = greedy_requests(prompts[start : start + batch], max_new, spec, ignore_eos)
         began = time.perf_counter()
         timings = run_concurrent(client, group)
         wall += time.perf_counter() - began
