@@ -74,7 +74,7 @@ def hot_vocab(ax) -> str:
     return "hot_vocab.png"
 
 
-GPU_RUN = "gpu_stack_2026-12-02d.json"  # the latest whole-stack speculation run on the H200
+GPU_RUN = "gpu_stack_2026-12-02e.json"  # the latest whole-stack speculation run on the H200
 
 
 def gpu_round(ax) -> str:
