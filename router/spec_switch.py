@@ -25,7 +25,9 @@ a greedy output; only the speed moves.
   that mode, never probes and forms no verdict, so probes happen only at the boundary
   between the smallest clear loser and the largest clear winner, where a change of
   acceptance shows first; when the boundary moves, the buckets it frees measure for
-  themselves again. Only free buckets settle, so winners always lie below losers.
+  themselves again. Only free buckets settle, so winners always lie below losers. A verdict
+  forms at a probe's first clean step as well as at its end, so a bucket only passed through
+  mid-probe (a warm-up's batch size) still holds the larger ones.
 * Learning: a new free bucket starts in its nearest neighbour's mode among those with a
   verdict (none yet: the mode the batch runs in now, which costs no transition), takes
   MIN_SAMPLES of it, then probes the other mode at once. Probes recur after ``probe_after``
@@ -132,6 +134,12 @@ class _Bucket:
     def _probe_step(self, measured: bool) -> None:
         self.probe_left -= measured
         self.probe_budget -= 1
+        spec, plain = self.rate(True), self.rate(False)
+        if measured and spec is not None and plain is not None:
+            # Both rates are known from the probe's first clean step: other buckets may lean on
+            # them at once. A bucket left mid-probe (a batch size only passed through, such as a
+            # warm-up's) would otherwise never form the verdict that holds larger ones.
+            self.verdict = spec / plain
         if not self.probe_left or self.probe_budget <= 0 or self._clear():
             self._end_probe()
 

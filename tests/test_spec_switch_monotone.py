@@ -36,6 +36,17 @@ def test_a_clear_loss_at_batch_2_means_no_probe_at_batch_16() -> None:
     assert (b.num_probes, b.speculative_steps, b.num_switches) == (0, 0, 0)
 
 
+def test_a_bucket_left_mid_probe_still_holds_the_larger_ones() -> None:
+    """Batch 1 measures speculation (MIN_SAMPLES steps), then one clean step of its target-only
+    probe, and is never seen again (a warm-up): that step already shows a clear loss, so batch
+    4 runs target-only from its first step and never probes."""
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, MIN_SAMPLES + 1, spec_tok_s=70, plain_tok_s=100, batch=1)
+    assert bucket(switch, 1).probing  # the probe wants more steps than it got
+    assert not any(run_steps(switch, 200, spec_tok_s=40, plain_tok_s=100, batch=4))
+    assert probes_at(switch, 4) == 0
+
+
 def test_only_the_boundary_between_a_winner_and_a_loser_probes() -> None:
     """Speculation wins at 1 (3x) and loses at 4 (0.4x): 2 is the boundary and measures for
     itself; 8 and above run target-only from their first step and never probe."""
