@@ -68,6 +68,11 @@ class ServiceProcess:
             f"{self.name} not healthy at {self.address} after {timeout_s:.0f} s{self._log_hint()}"
         )
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting: ``stop`` then waits for the exit."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -223,7 +228,14 @@ class LocalStack:
         raise TimeoutError(f"router did not see {want} healthy draft replicas in {timeout_s:.0f} s")
 
     def stop(self) -> None:
-        for service in reversed(self.services()):
+        """The router first (it stops taking work), then the model services together: their
+        exits (the target's takes about a second, most of it interpreter teardown) need not
+        wait for each other."""
+        self.router.stop()
+        model_services = [self.target, *self.drafts]
+        for service in model_services:
+            service.terminate()
+        for service in model_services:
             service.stop()
 
     def __enter__(self) -> LocalStack:
