@@ -31,7 +31,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(300)  # a hung service fails this module's test, not the run
 NUM_REQUESTS = 6
-MAX_NEW = 320
+MAX_NEW = 200  # the kill lands 25-46 tokens in (2-core box): most of each request is after it
 RERUN_NEW = 80
 KILL_AFTER_TOKENS = 24  # every request has streamed this many tokens before the kill
 WAIT_S = 120.0
