@@ -165,7 +165,9 @@ def wait_until_running(stack: LocalStack, count: int, timeout_s: float = 60) -> 
 
 def test_abort_storm(stack: LocalStack) -> None:
     rng = random.Random(3)
-    reqs = [request(i, f"storm-{i}", max_new=rng.randint(4, 160)) for i in range(300)]
+    # An abort sent before its request (a quarter of them) finds nothing: that request runs to
+    # its limit, which is all a longer limit adds (the others end within 150 ms).
+    reqs = [request(i, f"storm-{i}", max_new=rng.randint(4, 64)) for i in range(300)]
     outcomes = overload.storm(stack.router_address, reqs, KEY, MAX_RUNNING)
     assert set(outcomes) <= overload.STORM_ENDINGS, outcomes
     assert outcomes["RESOURCE_EXHAUSTED"] < 100, outcomes  # mostly aborts, not refusals
