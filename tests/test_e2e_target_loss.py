@@ -1,16 +1,18 @@
 """The target SIGKILLed mid-stream and restarted: streams end UNAVAILABLE at once (well within
 their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE, and once
 the target is back the same router serves again, with its radix cache dropped and outputs as
-before. Then (same stack, to save a start-up) the router's graceful shutdown: SIGTERM drains
-running streams to their end, refuses new ones, and exits 0. And a target that comes back with
-other settings: the router follows its pool size and multi-step cap, and refuses to serve one
-whose limits no longer fit what it was built on (router/target_contract.py)."""
+before. Then the router's graceful shutdown: SIGTERM drains running streams to their end,
+refuses new ones, and exits 0. And, first (the shutdown ends the module's one stack), a target
+that comes back with other settings: the router follows its pool size and multi-step cap, and
+refuses to serve one whose limits no longer fit what it was built on
+(router/target_contract.py)."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -19,9 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from splitspec.launcher import LocalStack
 from tests.helpers.load import SteadyLoad
 from tests.helpers.rpc import assert_slots_accounted
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
+    Router,
     ids_request,
     random_prompts,
     running_stack,
@@ -32,6 +36,7 @@ pytestmark = pytest.mark.timeout(300)
 DEADLINE_S = 30.0
 DRAIN_TOKENS = 120
 SERVING = health_pb2.HealthCheckResponse.SERVING
+STEPS = 4  # the target's --decode-steps: the settings test restarts it with others
 
 
 def router_health(address: str) -> int:
@@ -53,35 +58,79 @@ def wait_for(predicate, timeout_s: float, what: str) -> float:
     return time.monotonic() - start
 
 
-def test_target_loss_and_recovery(
+@pytest.fixture(scope="module")
+def pair(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
-) -> None:
-    prompts = random_prompts(seed=3, count=6, vocab_size=49152, max_len=40)
+) -> Iterator[tuple[LocalStack, Router]]:
+    """One stack for both tests (a start saved): a target of STEPS decode steps a Forward."""
     log_dir = tmp_path_factory.mktemp("target-loss")
-    with running_stack(log_dir, tiny_model_dir) as (stack, router):
-        long = [ids_request(p, 1500, False, ignore_eos=True) for p in prompts]
-        short = [ids_request(p, 24, False, ignore_eos=True) for p in prompts]
-        reference = [s.token_ids for s in router.generate_many(short)]
-        assert router.status().num_cached_tokens > 0  # there is a radix cache to drop later
-        load = SteadyLoad(stack.router_address, long, len(long), timeout_s=DEADLINE_S).start()
-        wait_for(lambda: len(load.records) == len(long)
-                 and all(len(r.tokens) >= 8 for r in load.records), 60, "streams not going")
-        killed_at = time.monotonic()
-        stack.target.kill()
-        records = load.stop(timeout_s=DEADLINE_S)
-        ended_within = max(r.ended for r in records) - killed_at
-        down_after = wait_for(lambda: router_health(stack.router_address) != SERVING, 10,
-                              "router health still SERVING")
-        with pytest.raises(grpc.RpcError) as refused:
-            router.generate(short[0], timeout_s=10)
-        stack.target.start()
-        stack.target.wait_healthy(120)
-        back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
-                              "router did not serve again")
-        status = router.status()
-        again = [s.token_ids for s in router.generate_many(short)]
-        final = router.status()
-        drained = graceful_shutdown(stack, long[:3])
+    with running_stack(log_dir, tiny_model_dir, target_args=["--decode-steps", str(STEPS)]) as (
+        stack,
+        router,
+    ):
+        yield stack, router
+
+
+def test_target_back_with_other_settings(pair: tuple[LocalStack, Router]) -> None:
+    stack, router = pair
+    prompts = random_prompts(seed=5, count=3, vocab_size=49152, max_len=30)
+    short = [ids_request(p, 20, False, ignore_eos=True) for p in prompts]
+    first_steps = router.status().decode_steps
+    reference = [s.token_ids for s in router.generate_many(short)]
+    context = router_model_info(stack.router_address).max_context_length
+    command = list(stack.target.command)
+
+    restart_target(stack, command + ["--decode-steps", "2", "--num-slots", "3000"])
+    wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
+    followed = router.status()
+    again = [s.token_ids for s in router.generate_many(short)]
+
+    restart_target(stack, command + ["--max-context", str(context // 2)])
+    refusal = wait_for_refusal(router, short[0])
+    unfit_health = router_health(stack.router_address)
+
+    restart_target(stack, command)  # as the module's stack was: the next test uses it
+    wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
+    restored = router.status()
+    last = [s.token_ids for s in router.generate_many(short)]
+
+    assert first_steps == STEPS
+    assert (followed.decode_steps, followed.num_total_slots) == (2, 3000)
+    assert followed.num_free_slots == 3000 and again == reference
+    assert refusal.code() == grpc.StatusCode.UNAVAILABLE
+    assert "came back unfit" in refusal.details() and "max_context_length" in refusal.details()
+    assert unfit_health != SERVING
+    assert restored.decode_steps == STEPS and last == reference
+    assert_slots_accounted(restored)
+
+
+def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
+    """Last in the module: it ends with the router's shutdown."""
+    stack, router = pair
+    prompts = random_prompts(seed=3, count=6, vocab_size=49152, max_len=40)
+    long = [ids_request(p, 1500, False, ignore_eos=True) for p in prompts]
+    short = [ids_request(p, 24, False, ignore_eos=True) for p in prompts]
+    reference = [s.token_ids for s in router.generate_many(short)]
+    assert router.status().num_cached_tokens > 0  # there is a radix cache to drop later
+    load = SteadyLoad(stack.router_address, long, len(long), timeout_s=DEADLINE_S).start()
+    wait_for(lambda: len(load.records) == len(long)
+             and all(len(r.tokens) >= 8 for r in load.records), 60, "streams not going")
+    killed_at = time.monotonic()
+    stack.target.kill()
+    records = load.stop(timeout_s=DEADLINE_S)
+    ended_within = max(r.ended for r in records) - killed_at
+    down_after = wait_for(lambda: router_health(stack.router_address) != SERVING, 10,
+                          "router health still SERVING")
+    with pytest.raises(grpc.RpcError) as refused:
+        router.generate(short[0], timeout_s=10)
+    stack.target.start()
+    stack.target.wait_healthy(120)
+    back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
+                          "router did not serve again")
+    status = router.status()
+    again = [s.token_ids for s in router.generate_many(short)]
+    final = router.status()
+    drained = graceful_shutdown(stack, long[:3])
 
     for r in records:
         assert r.done and r.error.startswith("UNAVAILABLE"), r.error
@@ -122,45 +171,6 @@ def graceful_shutdown(stack, reqs) -> tuple[list, grpc.RpcError, int | None]:
     except subprocess.TimeoutExpired:
         code = None
     return records, refused.value, code
-
-
-def test_target_back_with_other_settings(
-    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
-) -> None:
-    prompts = random_prompts(seed=5, count=3, vocab_size=49152, max_len=30)
-    short = [ids_request(p, 20, False, ignore_eos=True) for p in prompts]
-    log_dir = tmp_path_factory.mktemp("target-settings")
-    with running_stack(log_dir, tiny_model_dir, target_args=["--decode-steps", "4"]) as (
-        stack,
-        router,
-    ):
-        first_steps = router.status().decode_steps
-        reference = [s.token_ids for s in router.generate_many(short)]
-        context = router_model_info(stack.router_address).max_context_length
-        command = list(stack.target.command)
-
-        restart_target(stack, command + ["--decode-steps", "2", "--num-slots", "3000"])
-        wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
-        followed = router.status()
-        again = [s.token_ids for s in router.generate_many(short)]
-
-        restart_target(stack, command + ["--max-context", str(context // 2)])
-        refusal = wait_for_refusal(router, short[0])
-        unfit_health = router_health(stack.router_address)
-
-        restart_target(stack, command)
-        wait_for(lambda: router_health(stack.router_address) == SERVING, 30, "not serving")
-        restored = router.status()
-        last = [s.token_ids for s in router.generate_many(short)]
-
-    assert first_steps == 4
-    assert (followed.decode_steps, followed.num_total_slots) == (2, 3000)
-    assert followed.num_free_slots == 3000 and again == reference
-    assert refusal.code() == grpc.StatusCode.UNAVAILABLE
-    assert "came back unfit" in refusal.details() and "max_context_length" in refusal.details()
-    assert unfit_health != SERVING
-    assert restored.decode_steps == 4 and last == reference
-    assert_slots_accounted(restored)
 
 
 def restart_target(stack, command: list[str]) -> None:
