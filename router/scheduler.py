@@ -161,17 +161,13 @@ class Scheduler:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
             return
         telemetry.target_replies(forward_reply, verify_reply)
+        results = list(verify_reply.results) if verify_reply is not None else []
         if verify_reply is not None:
-            results = list(verify_reply.results)
             await self.draft_ahead.after_verify(verify, verify_items, results)
-        done = self.commit.plain(
-            plain, list(forward_reply.next_token_ids) if forward_reply else [], steps
-        )
-        if verify_reply is not None:
-            done += self.commit.verified(verify, verify_items, results)
-        replies = [r for r in (forward_reply, verify_reply) if r]
-        clock.target_compute_ms = sum(r.forward_ms for r in replies)
-        clock.target_device_ms = sum(r.device_ms for r in replies)
+        sampled = list(forward_reply.next_token_ids) if forward_reply else []
+        done = self.commit.plain(plain, sampled, steps)
+        done += self.commit.verified(verify, verify_items, results)
+        clock.target_replied(forward_reply, verify_reply)
         await self._finish(done)
         self._measure(plan, bool(trees), clock, emitted, clean=not caught_up, started=started)
 

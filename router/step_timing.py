@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from protos import generation_pb2 as pb
+from protos import target_pb2
+
+TargetReply = target_pb2.ForwardResponse | target_pb2.VerifyResponse
 
 
 @dataclass
@@ -31,6 +34,12 @@ class StepClock:
     draft_compute_ms: float = 0.0
     target_device_ms: float = 0.0
     draft_device_ms: float = 0.0
+
+    def target_replied(self, *replies: TargetReply | None) -> None:
+        """The target's own measure of the step's calls (None: a call the step did not make)."""
+        made = [r for r in replies if r is not None]
+        self.target_compute_ms = sum(r.forward_ms for r in made)
+        self.target_device_ms = sum(r.device_ms for r in made)
 
     @contextmanager
     def span(self, name: str) -> Iterator[None]:
