@@ -31,7 +31,6 @@ from target_service.config import DECODE_GRAPH_BATCHES
 
 log = logging.getLogger("splitspec.target")
 
-DEFAULT_BATCH_BUCKETS = DECODE_GRAPH_BATCHES
 MIN_CONTEXT_BUCKET = 256
 
 
@@ -112,7 +111,7 @@ class DecodeGraphRunner:
         model: LlamaForCausalLM,
         pools: SlotPools,
         max_context: int,
-        batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
+        batch_buckets: tuple[int, ...] = DECODE_GRAPH_BATCHES,
         use_graphs: bool = True,
         table: torch.Tensor | None = None,
     ) -> None:

@@ -48,15 +48,16 @@ from target_service.verify import VerifyOutput
 log = logging.getLogger("splitspec.target")
 
 BATCH_BUCKETS = (1, 2, 4, 8)  # speculation runs at small batches (see the router's switch)
-TREE_BUCKETS = (8, 16, 32, 64)  # nodes per tree, root included
-
-
 def tree_buckets_up_to(max_tree_tokens: int) -> tuple[int, ...]:
-    """Powers of two from 8 to the first at or past the target's largest tree."""
-    buckets = [TREE_BUCKETS[0]]
+    """Nodes per tree (root included): powers of two from 8 to the first at or past the
+    target's largest tree."""
+    buckets = [8]
     while buckets[-1] < max_tree_tokens:
         buckets.append(buckets[-1] * 2)
     return tuple(buckets)
+
+
+TREE_BUCKETS = tree_buckets_up_to(64)  # the target's default --max-tree-tokens
 
 
 @dataclass
