@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="bench_gpu's prompt file (python -m benchmarks.bench_gpu "
                         "--write-prompts F) instead of the ShareGPT data wheel")  # fmt: skip
     parser.add_argument("--data-dir", type=Path, default=None, help="cache of the replays")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="requests replayed together (1: as a stack serves one stream; "
+                        "the drafter's graphs are per batch bucket)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -104,13 +107,14 @@ def main(argv: list[str] | None = None) -> None:
             shape = TreeShape(*map(int, text.split(",")))
             row = {"tree": list(map(int, text.split(",")))}
             for name, data in sets.items():
-                found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare)
+                found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare,
+                                 group_size=args.batch)
                 row[name] = round(found.mean_acceptance_length, 3)
             print(json.dumps(row), flush=True)
             rows.append(row)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "prompts")}
     label = (f"{args.device}{'-graphs' if args.graphs else ''}-head-{args.dtype}-target-"
-             f"{args.target_dtype}-{args.max_new_tokens}")
+             f"{args.target_dtype}-{args.max_new_tokens}-batch{args.batch}")
     save_run(args.out, label, {"label": label, "date": utc_now(), "config": config,
                                "shapes": rows, "wall_s": round(time.monotonic() - started, 1)})
 

@@ -245,12 +245,14 @@ def test_accepted_path_follows_the_continuation() -> None:
 def test_replay_counts_every_committed_token(tiny_data: FeatureSet) -> None:
     target = tiny_target()
     head = head_from_target_state(target.config, target.state_dict(), 0)
+    reply_tokens = int((tiny_data.lengths() - tiny_data.prompt_lens - 1).sum())
     for shape in (TreeShape(4, 1, 5), TreeShape(3, 2, 6)):
-        with torch.inference_mode():
-            result = evaluate(head, tiny_data, shape, max_batch_size=8)
-        reply_tokens = int((tiny_data.lengths() - tiny_data.prompt_lens - 1).sum())
-        assert result.committed_tokens == reply_tokens
-        assert 1.0 <= result.mean_acceptance_length <= shape.num_steps + 1
+        for group_size in (None, 1):  # all sequences together, then one at a time
+            with torch.inference_mode():
+                result = evaluate(head, tiny_data, shape, max_batch_size=8, group_size=group_size)
+            assert result.committed_tokens == reply_tokens
+            assert result.num_sequences == len(tiny_data)
+            assert 1.0 <= result.mean_acceptance_length <= shape.num_steps + 1
 
 
 def test_cli_runs_on_a_tiny_checkpoint(tmp_path: Path) -> None:

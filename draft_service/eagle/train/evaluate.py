@@ -66,9 +66,11 @@ class _Replay:
 
 def evaluate(head: EagleHead, data: FeatureSet, shape: TreeShape, max_batch_size: int = 64,
              indices: Sequence[int] | None = None, progress: bool = False,
-             prepare: Callable[[EagleDrafter], None] | None = None) -> Acceptance:
+             prepare: Callable[[EagleDrafter], None] | None = None,
+             group_size: int | None = None) -> Acceptance:
     """Replays every sequence (prompt + recorded greedy reply) through an EagleDrafter
-    (``prepare``, e.g. the service's graph set-up, runs on it first)."""
+    (``prepare``, e.g. the service's graph set-up, runs on it first), ``group_size`` sequences
+    at a time (default: all at once; 1 drafts as a server does for a single stream)."""
     from tqdm import tqdm
 
     picked = list(range(len(data))) if indices is None else list(indices)
@@ -90,6 +92,16 @@ def evaluate(head: EagleHead, data: FeatureSet, shape: TreeShape, max_batch_size
                                           features[:prompt_len])))
         result.num_sequences += 1
     bar = tqdm(desc=f"replay k={shape.topk}", unit="round", disable=not progress)
+    group = group_size or max(1, len(live))
+    for start in range(0, len(live), group):
+        _replay_rounds(drafter, live[start : start + group], result, bar.update)
+    bar.close()
+    return result
+
+
+def _replay_rounds(drafter: EagleDrafter, live: list, result: Acceptance,
+                   tick: Callable[[int], object]) -> None:
+    """Rounds of append + propose + offline verify until every replay in ``live`` is done."""
     while live:
         mismatched = drafter.append_many([chunk for _, chunk in live])
         assert not mismatched, mismatched
@@ -102,9 +114,7 @@ def evaluate(head: EagleHead, data: FeatureSet, shape: TreeShape, max_batch_size
             else:
                 still.append((replay, chunk))
         live = still
-        bar.update(1)
-    bar.close()
-    return result
+        tick(1)
 
 
 def _verify(replay: _Replay, tree: DraftTree, result: Acceptance) -> ContextChunk | None:
