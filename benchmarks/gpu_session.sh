@@ -71,10 +71,13 @@ while [ $# -gt 0 ]; do
     acceptance)
       # Offline acceptance by tree shape against the bf16 target (benchmarks/acceptance_by_shape.py):
       # the eager torch drafter, then the service's graphs and kernels, on the same replays.
-      for mode in "" --graphs; do
+      # ACCEPT_MODES (eager graphs) and ACCEPT_ARGS (e.g. --batch 1) adjust it.
+      for mode in ${ACCEPT_MODES:-eager graphs}; do
+        flag=""; [ "$mode" = graphs ] && flag=--graphs
+        # shellcheck disable=SC2086
         timeout 200 python3 -m benchmarks.acceptance_by_shape --device cuda --dtype bfloat16 \
           --target-dtype bfloat16 --prompts /root/model-parts/prompts.json \
-          --data-dir /tmp/replays --out "$out/acceptance_by_shape.json" $mode \
+          --data-dir /tmp/replays --out "$out/acceptance_by_shape.json" $flag ${ACCEPT_ARGS:-} \
           --shapes ${ACCEPT_SHAPES:-8,8,64 10,10,128} 2>&1 | grep '^{'
       done ;;
     router_logs)

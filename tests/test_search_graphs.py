@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None,
     reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
 )
-SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6)]
+SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6), TreeShape(10, 10, 128)]
 LENGTHS = [1, 9, 30]  # context pairs of the requests proposed together
 
 
@@ -136,9 +136,11 @@ def test_round_appends_in_fixed_shapes_equal_the_reference(
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_graph_replay_is_bit_identical_to_the_eager_run(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("shape", [TreeShape(5, 4, 16), TreeShape(10, 10, 128)], ids=str)
+def test_graph_replay_is_bit_identical_to_the_eager_run(
+    dtype: torch.dtype, shape: TreeShape
+) -> None:
     head = tiny_head(seed=2, dtype=dtype).to(DEVICE)
-    shape = TreeShape(5, 4, 16)
     replayed = fixed_shape_drafter(head, shape, graphs=True)
     eager = fixed_shape_drafter(head, shape, graphs=False)
     assert replayed.search_graphs is not None and replayed.search_graphs.graphs
