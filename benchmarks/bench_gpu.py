@@ -331,4 +331,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the importable module, not this __main__ copy: the phases (gpu_spec_phases) build
+    # their stacks with `benchmarks.bench_gpu.stack`, which reads that module's TARGET_EXTRA,
+    # ROUTER_EXTRA and DRAFT_DTYPE. Set on __main__'s copies, --max-tree-tokens, --decode-steps
+    # and --draft-dtype never reached the tree_shapes, prompt_sets and switch stacks.
+    from benchmarks import bench_gpu
+
+    sys.exit(bench_gpu.main())

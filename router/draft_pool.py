@@ -43,6 +43,7 @@ class DraftReplica:
     pending_releases: set[str] = field(default_factory=set)
     source: str = STATIC  # or the DNS name it was found under
     error: str = "not probed yet"  # why it is not serving; "" while healthy
+    warned_cut: bool = False  # said once that its trees exceed the router's --max-tree-tokens
 
     @property
     def usable(self) -> bool:
@@ -71,8 +72,10 @@ class DraftPool:
         probe_interval_s: float = 1.0,
         tls: ClientTLS | None = None,
         deadline_floor_s: float = 0.005,
+        max_tree_tokens: int = 0,
     ) -> None:
         self.tls = tls
+        self.max_tree_tokens = max_tree_tokens  # the router's: larger trees are cut (0: none)
         self.deadline_floor_s = min(deadline_floor_s, timeout_s)
         self.timeout_s = timeout_s
         self.probe_interval_s = probe_interval_s
@@ -193,10 +196,23 @@ class DraftPool:
             return f"draft service not serving ({status})"
         try:
             replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
+            self._warn_if_trees_are_cut(replica)
             await self._flush_releases(replica)
         except grpc.aio.AioRpcError as err:
             return f"GetInfo or Release failed ({err.code().name})"
         return ""
+
+    def _warn_if_trees_are_cut(self, replica: DraftReplica) -> None:
+        size = replica.info.num_draft_tokens if replica.info else 0
+        if self.max_tree_tokens and size > self.max_tree_tokens and not replica.warned_cut:
+            replica.warned_cut = True
+            log.warning(
+                "draft replica %s proposes trees of up to %d nodes, but the router verifies at "
+                "most %d (--max-tree-tokens, capped by the target's): each tree is cut to its "
+                "first %d nodes, which loses acceptance; give the router and the target "
+                "--max-tree-tokens %d, or the drafter a smaller --num-draft-tokens",
+                replica.address, size, self.max_tree_tokens, self.max_tree_tokens, size,
+            )  # fmt: skip
 
     async def _flush_releases(self, replica: DraftReplica) -> None:
         if replica.pending_releases:

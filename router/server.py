@@ -115,7 +115,7 @@ async def serve(
     kv = fresh_kv(info.num_slots)
     pool = DraftPool(
         list(config.draft_addresses), config.draft_timeout_s, tls=tls,
-        deadline_floor_s=config.draft_deadline_floor_s,
+        deadline_floor_s=config.draft_deadline_floor_s, max_tree_tokens=config.max_tree_tokens,
     )  # fmt: skip
     discoveries = [DraftDiscovery(pool, n, config.draft_dns_interval_s) for n in config.draft_dns]
     spec = Speculation(

@@ -29,16 +29,19 @@ NAME = "draft.test:50071"
 
 
 class InfoOnly(draft_pb2_grpc.DraftModelServicer):
+    def __init__(self, tree_tokens: int) -> None:
+        self.tree_tokens = tree_tokens
+
     async def GetInfo(self, request, context):  # noqa: N802
-        return draft_pb2.DraftInfo(method="ngram")
+        return draft_pb2.DraftInfo(method="ngram", num_draft_tokens=self.tree_tokens)
 
 
-async def start_server(draft: bool) -> tuple[grpc.aio.Server, str]:
+async def start_server(draft: bool, tree_tokens: int = 16) -> tuple[grpc.aio.Server, str]:
     """A draft-like server, or (draft=False) one that is healthy but serves no draft."""
     server = grpc.aio.server()
     names = []
     if draft:
-        draft_pb2_grpc.add_DraftModelServicer_to_server(InfoOnly(), server)
+        draft_pb2_grpc.add_DraftModelServicer_to_server(InfoOnly(tree_tokens), server)
         names = [DRAFT_SERVICE]
     await add_health_and_reflection_aio(server, names)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -66,8 +69,8 @@ async def serving() -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """make(draft=True) starts a server and returns its address; all stop on exit."""
     started: list[grpc.aio.Server] = []
 
-    async def make(draft: bool = True) -> str:
-        server, address = await start_server(draft)
+    async def make(draft: bool = True, tree_tokens: int = 16) -> str:
+        server, address = await start_server(draft, tree_tokens)
         started.append(server)
         return address
 
@@ -216,6 +219,21 @@ async def test_an_address_that_is_not_a_draft_never_takes_requests(caplog) -> No
         assert bad.error.startswith("not a draft service") and "NOT_FOUND" in bad.error
         assert sum("not a draft service" in r.getMessage() for r in caplog.records) == 1
         assert {d.pool.assign(f"r{i}").address for i in range(4)} == {draft}
+
+
+@in_loop
+async def test_a_replica_whose_trees_the_router_would_cut_is_named_once(caplog) -> None:
+    """Trees past the router's --max-tree-tokens are cut to their first nodes: said at join."""
+    async with serving() as servers:
+        big, fits = await servers(tree_tokens=128), await servers(tree_tokens=64)
+        pool = DraftPool([big, fits], timeout_s=1.0, max_tree_tokens=64)
+        caplog.set_level(logging.WARNING, logger="splitspec.router")
+        for _ in range(3):
+            await pool.probe_once()
+        assert {r.address for r in pool.healthy} == {big, fits}, "still serves: output is exact"
+        said = [r.getMessage() for r in caplog.records if "is cut" in r.getMessage()]
+        assert len(said) == 1 and big in said[0] and "--max-tree-tokens 128" in said[0]
+        await pool.close()
 
 
 @in_loop
