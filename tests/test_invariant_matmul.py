@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.kernel_checks import DEVICE  # first: sets TRITON_INTERPRET on CPU
+from tests.helpers.kernel_checks import (  # first: sets TRITON_INTERPRET on CPU
+    DEVICE,
+    needs_row_invariant_host_matmul,
+)
 
 kernel = pytest.importorskip("kernels.invariant_matmul", reason="triton is not installed")
 # (K, N): a model-like width, ragged tiles in both, and a reduction cut into 4 ranges.
@@ -35,6 +38,7 @@ def test_long_reductions_are_split_by_the_weights_shape_alone() -> None:
     assert kernel.config_for(192, 576)[1] == 1
 
 
+@needs_row_invariant_host_matmul
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("inner,cols", [(576, 192), (1536, 40)])
 def test_a_row_has_the_same_bits_alone_and_among_others(dtype, inner: int, cols: int) -> None:

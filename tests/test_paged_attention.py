@@ -27,6 +27,7 @@ from plumbing.paths import default_cache_dir  # noqa: E402
 from target_service.config import TargetConfig  # noqa: E402
 from target_service.engine import StepItem, TargetEngine, VerifyItem  # noqa: E402
 from target_service.request_table import SamplingSpec  # noqa: E402
+from tests.helpers.kernel_checks import needs_row_invariant_host_matmul  # noqa: E402
 from tests.helpers.spec_fixtures import load_copy  # noqa: E402
 from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: E402, F401 (fixture)
 from tests.test_tree import random_tree  # noqa: E402
@@ -120,6 +121,7 @@ def tree_and_context(seed: int, committed: int):
     return parents, mask, path[::-1]
 
 
+@needs_row_invariant_host_matmul
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("shape", SHAPES if ON_CUDA else SHAPES[:1])
