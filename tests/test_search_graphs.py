@@ -29,7 +29,11 @@ pytestmark = pytest.mark.skipif(
     DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None,
     reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
 )
-SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6), TreeShape(10, 10, 128)]
+SHAPES = [TreeShape(4, 3, 12), TreeShape(3, 2, 16), TreeShape(5, 1, 6)]
+if DEVICE == "cuda":
+    # The GPU's larger tree, checked on the H200 (2026-12-02). Not added to the CPU runs: the dev
+    # box that wrote it lacks the CPU attention kernel, so its cost and ties there are unmeasured.
+    SHAPES.append(TreeShape(10, 10, 128))
 LENGTHS = [1, 9, 30]  # context pairs of the requests proposed together
 
 
