@@ -46,16 +46,21 @@ def stack(
     tree: tuple[int, int, int] | None = None,
     router: list[str] | None = None,
     target_extra: list[str] | None = None,
+    ngram: bool = False,
 ) -> LocalStack:
+    """``ngram``: the drafter is the n-gram one, on the CPU (its own tree default there)."""
     target = ["--device", "cuda", "--dtype", dtype, "--attention", attention]
     target += ([] if graphs else ["--no-cuda-graphs"]) + (["--exact"] if exact else [])
     target += TARGET_EXTRA + (target_extra or [])  # argparse: the last --decode-steps wins
     draft = ["--method", "eagle", "--device", "cuda", "--dtype", DRAFT_DTYPE[0]]
+    if ngram:
+        draft = ["--method", "ngram"]
     if tree is not None:
         draft += [f"--{k}={v}" for k, v in zip(TREE_FLAGS, tree, strict=True)]
     drafts = [draft] if drafter else []
     tree_name = "-".join(map(str, tree or ()))
     log_dir = Path(f"/tmp/bench-gpu-{dtype}-{attention}-{int(drafter)}-{int(graphs)}-{int(exact)}")
+    log_dir = log_dir.with_name(log_dir.name + ("-ngram" if ngram else ""))
     log_dir = log_dir.with_name(log_dir.name + (f"-tree{tree_name}" if tree else ""))
     for extra in (router, target_extra):
         log_dir = log_dir.with_name(log_dir.name + "".join(extra or []))

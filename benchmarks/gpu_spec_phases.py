@@ -9,21 +9,26 @@ import json
 from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
-TREE_SHAPES = [(5, 4, 16), (6, 6, 32), (8, 8, 64)]
+# A chain first (top-1 at every level: EAGLE without a tree), then trees up to the default.
+TREE_SHAPES = [(8, 1, 9), (5, 4, 16), (6, 6, 32), (8, 8, 64)]
 
 
 def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
-    """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape, each against
-    target-only on the same stack and prompts (issue: trees sized for the device)."""
+    """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape (a chain among
+    them), then the n-gram drafter's, each against target-only on the same stack and prompts
+    (issue: trees sized for the device)."""
     from benchmarks.bench_gpu import stack
 
     rows = []
-    for tree in TREE_SHAPES:
-        with stack("bfloat16", drafter=True, attention=attention, tree=tree) as s:
-            spec, timing, plain, _ = eagle_then_target_only(s.router_address, prompts, max_new)
+    for tree in [*TREE_SHAPES, "ngram"]:
+        ngram = tree == "ngram"
+        with stack("bfloat16", drafter=True, attention=attention,
+                   tree=None if ngram else tree, ngram=ngram) as s:
+            spec, timing, plain, equal = eagle_then_target_only(s.router_address, prompts, max_new)
         row = {"tree": tree, "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
-               "ratio": spec["tok_s"] / plain["tok_s"],
-               "tokens_per_step": spec["tokens"] / max(timing["steps"], 1), "round_ms": timing}
+               "ratio": spec["tok_s"] / plain["tok_s"], "num_equal": equal,
+               "tokens_per_step": (spec["tokens"] - len(prompts)) / max(timing["steps"], 1),
+               "round_ms": timing}
         rows.append(row)  # fmt: skip
         print(json.dumps(row), flush=True)
     return rows
