@@ -40,8 +40,11 @@ class Staging:
             self._copied.synchronize()
         return self._host_views
 
-    def upload(self) -> None:
-        """The whole buffer to the device, in stream order before what is launched next."""
-        self.device.copy_(self.host, non_blocking=self._copied is not None)
+    def upload(self, count: int | None = None) -> None:
+        """The buffer's first ``count`` elements (all by default) to the device, in stream
+        order before what is launched next. A prefix is enough where the first field's
+        leading rows are all a step fills (a batch smaller than the largest bucket)."""
+        end = self.host.numel() if count is None else count
+        self.device[:end].copy_(self.host[:end], non_blocking=self._copied is not None)
         if self._copied is not None:
             self._copied.record()

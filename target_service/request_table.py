@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.staging import Staging
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
+
+# Appends up to this many slots go through a pinned buffer: a pageable host->device copy waits
+# for the stream and cost ~0.1 ms of a verify step on the H200 box (py-spy, 2026-12-02).
+STAGED_APPEND = 1024
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class RequestTable:
         self.num_slots = num_slots
         self.slots = torch.full((max_requests, width), num_slots, dtype=torch.int64, device=device)
         self._free_rows = list(range(max_requests - 1, -1, -1))
+        self._staging = Staging({"rows_cols_values": (STAGED_APPEND, 3)}, torch.int64, device)
         self._states: dict[str, RequestState] = {}
 
     def __len__(self) -> int:
@@ -87,7 +93,18 @@ class RequestTable:
             cols += range(state.table_len, state.table_len + len(new_slots))
             values += new_slots
             state.table_len += len(new_slots)
-        if values:
-            # One host->device copy for the three lists (each copy costs tens of us on a GPU).
+        if len(values) > STAGED_APPEND:  # a prefill's many: one pageable copy
             rows_cols_values = torch.tensor([rows, cols, values]).to(self.slots.device)
             self.slots.index_put_((rows_cols_values[0], rows_cols_values[1]), rows_cols_values[2])
+        elif values:
+            self._append_staged(rows, cols, values)
+
+    def _append_staged(self, rows: list[int], cols: list[int], values: list[int]) -> None:
+        """A round's few slots through the pinned buffer: the copy does not wait for the
+        stream, and the scatter after it runs in stream order."""
+        count = len(values)
+        host = self._staging.fill()["rows_cols_values"].numpy()
+        host[:count] = list(zip(rows, cols, values, strict=True))
+        self._staging.upload(3 * count)
+        staged = self._staging.views["rows_cols_values"][:count]
+        self.slots.index_put_((staged[:, 0], staged[:, 1]), staged[:, 2])

@@ -115,3 +115,19 @@ def test_short_ingests_do_not_stretch_a_long_ones_deadline(clock: Clock) -> None
         h.record("ingest", 0.020, units=units)
     assert h.deadline_s("ingest", 8) == pytest.approx(0.040)
     assert h.deadline_s("ingest", 80) == pytest.approx(0.050)
+
+
+def test_p99_refreshes_after_a_few_samples_or_a_short_while(clock: Clock) -> None:
+    window = replica_health.LatencyWindow(64)
+    for _ in range(8):
+        window.add(0.010)
+    assert window.p99() == pytest.approx(0.010)
+    window.add(0.500)  # one slow call: the cached figure holds for a few more samples...
+    assert window.p99() == pytest.approx(0.010)
+    clock.now += 2 * replica_health.P99_REFRESH_S  # ...or a short while
+    assert window.p99() == pytest.approx(0.500)
+    for _ in range(replica_health.P99_REFRESH_ADDS):
+        window.add(0.020)
+    assert window.p99() == pytest.approx(0.500)  # recomputed: the slow one is still the p99
+    clock.now += 10.0  # every sample out of the horizon: the last min_samples count
+    assert window.p99() == pytest.approx(0.020)

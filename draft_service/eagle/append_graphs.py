@@ -115,7 +115,9 @@ class AppendGraphRunner:
             host["request_rows"][i] = req.row
             hidden[i, :n].copy_(req.hidden)
         self.inputs.upload()
-        self.hidden.upload()
+        # Only the batch's rows: the buffer is sized for the largest bucket (~0.6 MB in bf16),
+        # and the copy runs on the device ahead of the replay.
+        self.hidden.upload(batch * self.pairs * self.head.hidden_size)
 
     def _body(self, batch: int) -> None:
         tokens = batch * self.pairs
