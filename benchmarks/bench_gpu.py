@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             prompt_set_ids(args.prompts, args.num_bf16), args.max_new_tokens, args.attention,
             args.prompt_set_trees)),
         ("switch", lambda: gpu_spec_phases.switch_batches(prompts, args.max_new_tokens,
-                                                          [4, 16, 64], args.attention)),
+                                                          [1, 4, 16, 64], args.attention)),
         ("exact_cost", lambda: gpu_spec_phases.exact_cost(prompts[: args.num_bf16],
                                                           args.max_new_tokens, args.attention)),
         ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
