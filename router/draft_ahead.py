@@ -67,6 +67,11 @@ class DraftAhead:
         self._call = asyncio.create_task(self.spec.propose(ready))
         await asyncio.sleep(0)  # the task's turn: it writes the request before the commit runs
 
+    @property
+    def out(self) -> bool:
+        """Whether a Propose sent ahead is still to be taken."""
+        return self._call is not None
+
     async def take(self) -> tuple[dict[str, draft_pb2.DraftTree], set[str]]:
         """The trees proposed ahead, by request id, and the ids that were asked for."""
         if self._call is None:

@@ -140,6 +140,9 @@ class Scheduler:
         clock = StepClock()
         plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
+        # A target-only step right after a speculative one still waits for the Propose that
+        # step sent ahead: the mode change's cost, like a catch-up, not target-only's rate.
+        switched_off = not speculate and self.draft_ahead.out
         with clock.span("draft"):
             ready = [p.req for p in plan if not p.prefill]
             trees = await self.draft_ahead.trees(ready, speculate)
@@ -169,7 +172,8 @@ class Scheduler:
         done += self.commit.verified(verify, verify_items, results)
         clock.target_replied(forward_reply, verify_reply)
         await self._finish(done)
-        self._measure(plan, bool(trees), clock, emitted, clean=not caught_up, started=started)
+        clean = not (caught_up or switched_off)
+        self._measure(plan, bool(trees), clock, emitted, clean=clean, started=started)
 
     def _measure(
         self,
@@ -184,10 +188,10 @@ class Scheduler:
         (catch-up, RPCs, commit, streaming, releases): the speculation switch's input; and
         GetServerStatus's step timings from ``clock``. The switch counts every step it chose
         the mode of (a probe's budget runs in steps with a prompt too) but takes the rate of
-        a clean one only: decode-only, ``clean`` (no drafter caught up in it), no request
-        finished in it (its release RPCs, and its last Forward cut to the tokens it had left,
-        are the request's end, not the mode's) and no prompt waiting (which holds a
-        target-only step to one decode step)."""
+        a clean one only: decode-only, ``clean`` (no drafter caught up in it, no Propose sent
+        ahead awaited by a target-only step), no request finished in it (its release RPCs, and
+        its last Forward cut to the tokens it had left, are the request's end, not the mode's)
+        and no prompt waiting (which holds a target-only step to one decode step)."""
         decode_only = bool(plan) and not any(p.prefill for p in plan)
         if self._switch_batch:
             tokens = sum(len(p.req.output_ids) for p in plan) - emitted

@@ -9,9 +9,10 @@ a greedy output; only the speed moves.
 * A rate is the median of the newest WINDOW clean measurements, those of the mode not in use
   from its latest probe only: one slow step (a first graph replay, a collection) does not
   decide a bucket, and a drafter that got better is seen at the next probe. Clean means
-  decode-only, no drafter catch-up, no request finishing and no prompt waiting in the step:
-  those are a transition's or a request's costs (an Ingest, release RPCs, a last Forward cut
-  to the tokens left), not the mode's. Every step counts as a step of its bucket and of a
+  decode-only, no drafter catch-up, no wait for a Propose the last speculative step sent
+  ahead (in a target-only step), no request finishing and no prompt waiting in the step:
+  those are a transition's or a request's costs (an Ingest, that Propose, release RPCs, a
+  last Forward cut to the tokens left), not the mode's. Every step counts as a step of its bucket and of a
   probe, clean or not. Closed groups end together, so most of their steps are clean; under
   staggered load about exp(-B*T/L) are (B requests of L tokens, T tokens per step each: 37%
   at B=32, T=8, L=256), and a bucket above a clear loser needs no samples (below).

@@ -57,3 +57,20 @@ def test_nothing_ready_sends_nothing() -> None:
         assert spec.calls == [] and await ahead.take() == ({}, set())
 
     asyncio.run(scenario())
+
+
+def test_out_says_whether_a_call_waits_to_be_taken() -> None:
+    """The scheduler's cue that a target-only step pays for the last round's Propose (a mode
+    change's cost, kept out of the speculation switch's rates)."""
+
+    async def scenario() -> None:
+        spec = RecordingSpec()
+        ahead = DraftAhead(spec)  # type: ignore[arg-type]
+        assert not ahead.out
+        await ahead.send([Req("a")])
+        assert ahead.out
+        spec.release.set()
+        assert await ahead.trees([], speculate=False) == {}  # taken, though not speculating
+        assert not ahead.out
+
+    asyncio.run(scenario())
