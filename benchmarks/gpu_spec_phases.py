@@ -74,13 +74,14 @@ def switch_batches(
     The switch learns per batch bucket once per router, so each batch size runs its groups
     twice: the first pass (the learning included) and the second (what a running server
     serves), both reported against target-only on the same groups."""
-    from benchmarks.bench_gpu import server_status, stack, throughput
+    from benchmarks.bench_gpu import stack, throughput
 
-    rows = []
+    rows: list[dict] = []
     with stack("bfloat16", drafter=True, attention=attention,
                router=["--adaptive-speculation"]) as s:  # fmt: skip
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, None)
+        warm_up = _switch_buckets(client)  # what two short batch-1 streams taught it
         for batch in batches:
             # Four groups: a pass of two at batch 4 lasted ~0.3 s, where one slow moment
             # moved its ratio by a tenth.
@@ -88,20 +89,28 @@ def switch_batches(
             first, _ = throughput(client, group, batch, max_new, None)
             auto, _ = throughput(client, group, batch, max_new, None)
             plain, _ = throughput(client, group, batch, max_new, False)
-            buckets = [
-                {"batch_size": b.batch_size, "speculating": b.speculating,
-                 "speculative_tok_s": b.speculative_tok_s, "target_only_tok_s": b.target_only_tok_s}
-                for b in server_status(client).speculation_switch.buckets
-            ]  # fmt: skip
+            buckets = _switch_buckets(client)
             row = {"batch": batch, "auto_tok_s": auto["tok_s"], "target_only_tok_s":
                    plain["tok_s"], "ratio": auto["tok_s"] / plain["tok_s"],
                    "first_pass_tok_s": first["tok_s"],
                    "first_pass_ratio": first["tok_s"] / plain["tok_s"],
                    "switch": buckets}  # fmt: skip
+            if not rows:
+                row["switch_after_warm_up"] = warm_up
             rows.append(row)
             print(json.dumps(row), flush=True)
         client.close()
     return rows
+
+
+def _switch_buckets(client: Client) -> list[dict]:
+    from google.protobuf.json_format import MessageToDict
+
+    from benchmarks.bench_gpu import server_status
+
+    switch = server_status(client).speculation_switch
+    every = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
+    return [MessageToDict(b, **every) for b in switch.buckets]
 
 
 def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:

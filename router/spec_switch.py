@@ -12,10 +12,11 @@ a greedy output; only the speed moves.
   decode-only, no drafter catch-up, no wait for a Propose the last speculative step sent
   ahead (in a target-only step), no request finishing and no prompt waiting in the step:
   those are a transition's or a request's costs (an Ingest, that Propose, release RPCs, a
-  last Forward cut to the tokens left), not the mode's. Every step counts as a step of its bucket and of a
-  probe, clean or not. Closed groups end together, so most of their steps are clean; under
-  staggered load about exp(-B*T/L) are (B requests of L tokens, T tokens per step each: 37%
-  at B=32, T=8, L=256), and a bucket above a clear loser needs no samples (below).
+  last Forward cut to the tokens left), not the mode's. Every step counts as a step of its
+  bucket and of a probe, clean or not. Closed groups end together, so most of their steps
+  are clean; under staggered load about exp(-B*T/L) are (B requests of L tokens, T tokens
+  per step each: 37% at B=32, T=8, L=256), and a bucket above a clear loser needs no
+  samples (below).
 * Hysteresis, asymmetric on purpose: speculation starts only when it measures ON_ABOVE times
   target-only and stops once it is no longer OFF_BELOW times it, so the switch never keeps a
   mode it measured losing, and two close rates do not flip it every step.
