@@ -80,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "outputs do not change; `splitspec serve` turns it on)",
     )
     parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning"], default="info",
+        help="debug adds a line per decode step: its batch, mode, tokens, time and whether "
+        "the speculation switch took its rate",
+    )  # fmt: skip
+    parser.add_argument(
         "--kv-policy", choices=["reserve", "retract"], default="reserve",
         help="reserve: admit a request only with KV slots for its whole generation (it never "
         "runs short); retract: admit on its prompt and, when slots run short, retract running "

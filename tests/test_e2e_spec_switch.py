@@ -9,6 +9,7 @@ tests/test_spec_switch.py.)
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_a_losing_drafter_is_switched_off_and_outputs_do_not_change(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     prompts = random_prompts(seed=3, count=3, vocab_size=49152)
-    router_args = ["--adaptive-speculation"]
+    router_args = ["--adaptive-speculation", "--log-level", "debug"]
     with running_stack(tmp_path, tiny_model_dir, [RANDOM_HEAD], (), router_args) as (_, router):
         spec = [router.generate(ids_request(p, 120, True, ignore_eos=True)) for p in prompts]
         base = [router.generate(ids_request(p, 120, False, ignore_eos=True)) for p in prompts]
@@ -48,6 +49,15 @@ def test_a_losing_drafter_is_switched_off_and_outputs_do_not_change(
     for t in (plain, speculative):
         assert t.step_ms >= t.target_call_ms >= t.target_compute_ms > 0
     assert speculative.draft_call_ms > 0 and plain.draft_call_ms < speculative.draft_call_ms
+    # --log-level debug: a line per step. A target-only step straight after a speculative one
+    # waits for the Propose that one sent ahead: a transition, left out of the rates.
+    steps = re.findall(r"step: batch 1, (\S+), \d+ tokens in [\d.]+ ms, (.+)$",
+                       (tmp_path / "router.log").read_text(), re.MULTILINE)  # fmt: skip
+    modes = [mode for mode, _ in steps]
+    after_spec = [steps[i][1] for i in range(1, len(steps))
+                  if modes[i] == "target-only" and modes[i - 1] == "speculative"]  # fmt: skip
+    assert after_spec and set(after_spec) == {"not measured"}, steps
+    assert ("target-only", "measured") in steps
     # The drafter's own measure of its work, reported in its replies. The call itself may have
     # left in the step before (router/draft_ahead.py), so only its wait is in the step.
     assert 0 < speculative.draft_compute_ms < speculative.step_ms
