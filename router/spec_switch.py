@@ -37,9 +37,9 @@ a greedy output; only the speed moves.
   mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
   starts after a clean step (not in a burst of unclean ones: a batch passing through this
   size while prompts prefill or requests end), wants PROBE_STEPS clean steps of the other
-  mode (one, when it is CLEAR) and lasts PROBE_BUDGET steps at most (a probe of speculation
-  first catches the drafters up, which takes steps at large batches), so probing costs at
-  most PROBE_BUDGET / probe_after of a bucket's steps.
+  mode (CLEAR_STEPS, when they are CLEAR) and lasts PROBE_BUDGET steps at most (a probe of
+  speculation first catches the drafters up, which takes steps at large batches), so
+  probing costs at most PROBE_BUDGET / probe_after of a bucket's steps.
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ from protos import generation_pb2 as pb
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WINDOW = 8  # newest clean measurements kept per mode
 MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
-PROBE_STEPS = 3  # clean measurements a probe collects, unless the first one is CLEAR
-CLEAR = 2.0  # a probe's first step this many times faster or slower than the mode ends it
+PROBE_STEPS = 3  # clean measurements a probe collects, unless the first ones are CLEAR
+CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
+# Two, not one: a speculative step commits 1 to 9 tokens, so one step's rate is a poor guess.
+# On the H200 a probe's one step that accepted no draft (1 token in 5 ms: 0.2x) ended probes
+# of a 0.8x speculation (2026-12-03, router --log-level debug).
+CLEAR_STEPS = 2
 PROBE_BUDGET = 16  # steps a probe may last, measured or not
 FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
 MAX_PROBE_AFTER = 512
@@ -165,8 +169,10 @@ class _Bucket:
         return 4 if clear and not switched else 2
 
     def _clear(self) -> bool:
-        """Whether the probe's steps so far already differ from the mode in use by CLEAR:
-        more of them would not change the verdict, only cost."""
+        """Whether the probe's CLEAR_STEPS or more steps already differ from the mode in use
+        by CLEAR: more of them would not change the verdict, only cost."""
+        if len(self.samples[not self.speculating]) < CLEAR_STEPS:
+            return False
         probed, held = self.rate(not self.speculating), self.rate(self.speculating)
         return (
             probed is not None and held is not None and not (held / CLEAR < probed < held * CLEAR)

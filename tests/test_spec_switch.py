@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from router.spec_switch import (
+    CLEAR_STEPS,
     FIRST_PROBE_AFTER,
     MAX_PROBE_AFTER,
     MIN_SAMPLES,
@@ -51,16 +52,16 @@ def test_disabled_always_speculates() -> None:
 def test_a_losing_mode_is_left_after_a_few_steps_and_probed_ever_less() -> None:
     switch = SpeculationSwitch(enabled=True)
     modes = run_steps(switch, 3000, spec_tok_s=40, plain_tok_s=100)
-    # Measures speculation, probes target-only at once (2.5x: CLEAR in one step), stays there.
-    first = MIN_SAMPLES + 1
-    assert modes[:first] == [True] * MIN_SAMPLES + [False]
+    # Measures speculation, probes target-only at once (2.5x: CLEAR in CLEAR_STEPS), stays.
+    first = MIN_SAMPLES + CLEAR_STEPS
+    assert modes[:first] == [True] * MIN_SAMPLES + [False] * CLEAR_STEPS
     assert not any(modes[first : first + FIRST_PROBE_AFTER])
-    # Probes come back, one step each (CLEAR again), ever further apart.
+    # Probes come back, CLEAR_STEPS steps each (CLEAR again), ever further apart.
     probe_starts = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]
     gaps = [b - a for a, b in zip(probe_starts, probe_starts[1:], strict=False)]
     assert gaps == sorted(gaps) and gaps[-1] >= MAX_PROBE_AFTER, gaps
-    assert sum(modes[first:]) == len(probe_starts)
-    assert sum(modes[-1000:]) <= 2  # probing costs well under 1% by now
+    assert sum(modes[first:]) == CLEAR_STEPS * len(probe_starts)
+    assert sum(modes[-1000:]) <= 2 * CLEAR_STEPS  # probing costs under 1% by now
     b = bucket(switch, 1)
     assert (b.speculating, b.speculative_tok_s, b.target_only_tok_s) == (False, 40, 100)
     assert switch.num_switches == 1 and b.num_probes == len(probe_starts) + 1
@@ -167,6 +168,26 @@ def test_status_reports_each_bucket() -> None:
     assert status.enabled and status.num_switches == 1 and status.num_probes == 2
     (b,) = status.buckets
     assert (b.batch_size, b.speculating, b.num_switches, b.num_probes) == (4, False, 1, 2)
-    spec_steps = MIN_SAMPLES + 1  # the first steps, then a probe 16 steps later, CLEAR at once
+    spec_steps = MIN_SAMPLES + CLEAR_STEPS  # the first steps, then a probe 16 steps later
     assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 40 - spec_steps)
     assert not b.probing
+
+
+def test_one_round_that_accepted_nothing_does_not_end_a_probe() -> None:
+    """A speculative step commits 1 to 9 tokens: a probe's first step can be a round that
+    accepted no draft (0.2x) where speculation runs at 0.84x (the H200, 2026-12-03). The
+    probe goes on past it, and its verdict then leaves larger batches free to measure."""
+    switch = SpeculationSwitch(enabled=True)
+    run_steps(switch, MIN_SAMPLES + CLEAR_STEPS, spec_tok_s=40, plain_tok_s=890)
+    assert not bucket(switch, 1).speculating
+    probe_rates = iter([198.0, 750.0, 760.0])
+    spec_steps = 0
+    for _ in range(4 * FIRST_PROBE_AFTER):
+        speculative = switch.speculate_next(1)
+        rate = next(probe_rates) if speculative else 890.0
+        switch.record(1, speculative, tokens=int(rate), seconds=1.0)
+        spec_steps += speculative
+    assert spec_steps == PROBE_STEPS  # not ended by the first step's 0.2x
+    b = bucket(switch, 1)
+    assert not b.speculating and b.speculative_tok_s == 750
+    assert switch.implied(4) is None  # a 0.84x verdict holds no larger bucket

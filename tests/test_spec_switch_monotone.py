@@ -10,6 +10,7 @@ import random
 from router.spec_switch import (
     BUCKETS,
     CLEAR,
+    CLEAR_STEPS,
     FIRST_PROBE_AFTER,
     IMPLIES,
     MAX_PROBE_AFTER,
@@ -105,14 +106,14 @@ def test_a_boundary_that_moves_frees_the_buckets_it_held() -> None:
 
 def test_a_clear_loser_is_probed_far_less_often_than_a_close_one() -> None:
     """0.2x and 0.9x speculation over the same 1000 steps: the clear loser's probes back off
-    x4 and take one step each (CLEAR), the close one's x2 and three steps each."""
+    x4 and take CLEAR_STEPS steps each, the close one's x2 and three steps each."""
     spent = {}
     for ratio in (0.2, 0.9):
         switch = SpeculationSwitch(enabled=True)
         modes = run_steps(switch, 1000, spec_tok_s=100 * ratio, plain_tok_s=100)
         spent[ratio] = (bucket(switch, 1).num_probes, sum(modes[MIN_SAMPLES:]))
     assert 1 / 0.2 >= CLEAR > 1 / 0.9
-    assert spent[0.2][0] < spent[0.9][0] and 3 * spent[0.2][1] < spent[0.9][1], spent
+    assert spent[0.2][0] < spent[0.9][0] and 2 * spent[0.2][1] <= spent[0.9][1], spent
 
 
 def test_probe_intervals_grow_x4_after_a_clear_loss_up_to_the_cap() -> None:
@@ -123,7 +124,7 @@ def test_probe_intervals_grow_x4_after_a_clear_loss_up_to_the_cap() -> None:
     # The first verdict switched the mode (x2), each later probe lost by CLEAR (x4).
     first = 2 * FIRST_PROBE_AFTER
     expected = [min(first * 4**i, MAX_PROBE_AFTER) for i in range(1, len(gaps) + 1)]
-    assert [g - 1 for g in gaps] == expected, gaps
+    assert [g - CLEAR_STEPS for g in gaps] == expected, gaps
 
 
 def test_mostly_unclean_steps_still_decide() -> None:
