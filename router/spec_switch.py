@@ -36,10 +36,11 @@ a greedy output; only the speed moves.
   steps in the bucket, from FIRST_PROBE_AFTER up to MAX_PROBE_AFTER: x4 after a probe whose
   mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
   starts after a clean step (not in a burst of unclean ones: a batch passing through this
-  size while prompts prefill or requests end), wants PROBE_STEPS clean steps of the other
-  mode (CLEAR_STEPS, when they are CLEAR) and lasts PROBE_BUDGET steps at most (a probe of
-  speculation first catches the drafters up, which takes steps at large batches), so
-  probing costs at most PROBE_BUDGET / probe_after of a bucket's steps.
+  size while prompts prefill or requests end), wants PROBE_STEPS clean steps of target-only
+  or SPEC_PROBE_STEPS of speculation (CLEAR_STEPS or SPEC_CLEAR_STEPS, when they are CLEAR:
+  a round's tokens vary, a target-only step's do not) and lasts PROBE_BUDGET steps at most
+  (a probe of speculation first catches the drafters up, which takes steps at large
+  batches), so probing costs at most PROBE_BUDGET / probe_after of a bucket's steps.
 """
 
 from __future__ import annotations
@@ -53,12 +54,15 @@ from protos import generation_pb2 as pb
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WINDOW = 8  # newest clean measurements kept per mode
 MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
-PROBE_STEPS = 3  # clean measurements a probe collects, unless the first ones are CLEAR
+PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CLEAR
 CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
-# Two, not one: a speculative step commits 1 to 9 tokens, so one step's rate is a poor guess.
-# On the H200 a probe's one step that accepted no draft (1 token in 5 ms: 0.2x) ended probes
-# of a 0.8x speculation (2026-12-03, router --log-level debug).
-CLEAR_STEPS = 2
+CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR ends
+# A probe of speculation wants more: a round commits 1 to 9 tokens, so a few rounds' rate is a
+# poor guess. On the H200 (2026-12-03, router --log-level debug) the first rounds after each
+# probe's catch-up committed 1, 2 tokens (0.2-0.4x) where speculation ran at 0.8x, and ended
+# the probes with one or two steps.
+SPEC_PROBE_STEPS = 6
+SPEC_CLEAR_STEPS = 4
 PROBE_BUDGET = 16  # steps a probe may last, measured or not
 FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
 MAX_PROBE_AFTER = 512
@@ -134,7 +138,8 @@ class _Bucket:
         # The probe's own steps replace what that mode measured long ago.
         other = not self.speculating
         self._stale, self.samples[other] = self.samples[other], deque(maxlen=WINDOW)
-        self.probe_left, self.probe_budget = PROBE_STEPS, PROBE_BUDGET
+        self.probe_left = SPEC_PROBE_STEPS if other else PROBE_STEPS
+        self.probe_budget = PROBE_BUDGET
         self.num_probes += 1
 
     def _probe_step(self, measured: bool) -> None:
@@ -169,9 +174,11 @@ class _Bucket:
         return 4 if clear and not switched else 2
 
     def _clear(self) -> bool:
-        """Whether the probe's CLEAR_STEPS or more steps already differ from the mode in use
-        by CLEAR: more of them would not change the verdict, only cost."""
-        if len(self.samples[not self.speculating]) < CLEAR_STEPS:
+        """Whether the probe's first steps (CLEAR_STEPS or SPEC_CLEAR_STEPS of them) already
+        differ from the mode in use by CLEAR: more would not change the verdict, only cost."""
+        probing_speculation = not self.speculating
+        wanted = SPEC_CLEAR_STEPS if probing_speculation else CLEAR_STEPS
+        if len(self.samples[probing_speculation]) < wanted:
             return False
         probed, held = self.rate(not self.speculating), self.rate(self.speculating)
         return (

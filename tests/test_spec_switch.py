@@ -15,6 +15,8 @@ from router.spec_switch import (
     ON_ABOVE,
     PROBE_BUDGET,
     PROBE_STEPS,
+    SPEC_CLEAR_STEPS,
+    SPEC_PROBE_STEPS,
     SpeculationSwitch,
 )
 
@@ -56,12 +58,12 @@ def test_a_losing_mode_is_left_after_a_few_steps_and_probed_ever_less() -> None:
     first = MIN_SAMPLES + CLEAR_STEPS
     assert modes[:first] == [True] * MIN_SAMPLES + [False] * CLEAR_STEPS
     assert not any(modes[first : first + FIRST_PROBE_AFTER])
-    # Probes come back, CLEAR_STEPS steps each (CLEAR again), ever further apart.
+    # Probes of speculation come back, SPEC_CLEAR_STEPS steps each (CLEAR), ever further apart.
     probe_starts = [i for i in range(1, len(modes)) if modes[i] and not modes[i - 1]]
     gaps = [b - a for a, b in zip(probe_starts, probe_starts[1:], strict=False)]
     assert gaps == sorted(gaps) and gaps[-1] >= MAX_PROBE_AFTER, gaps
-    assert sum(modes[first:]) == CLEAR_STEPS * len(probe_starts)
-    assert sum(modes[-1000:]) <= 2 * CLEAR_STEPS  # probing costs under 1% by now
+    assert sum(modes[first:]) == SPEC_CLEAR_STEPS * len(probe_starts)
+    assert sum(modes[-1000:]) <= 2 * SPEC_CLEAR_STEPS  # probing costs about 1% by now
     b = bucket(switch, 1)
     assert (b.speculating, b.speculative_tok_s, b.target_only_tok_s) == (False, 40, 100)
     assert switch.num_switches == 1 and b.num_probes == len(probe_starts) + 1
@@ -149,8 +151,9 @@ def test_a_new_bucket_starts_from_its_nearest_decided_neighbour() -> None:
     assert switch.speculate_next(8) is False
     assert switch.speculate_next(2) is True
     # Then it measures for itself: the other mode early.
-    modes = run_steps(switch, 10, spec_tok_s=300, plain_tok_s=100, batch=8)
-    assert modes[: MIN_SAMPLES + PROBE_STEPS] == [False] * MIN_SAMPLES + [True] * PROBE_STEPS
+    modes = run_steps(switch, 12, spec_tok_s=300, plain_tok_s=100, batch=8)
+    probe = SPEC_PROBE_STEPS
+    assert modes[: MIN_SAMPLES + probe] == [False] * MIN_SAMPLES + [True] * probe
     assert all(modes[MIN_SAMPLES:]) and bucket(switch, 8).speculating
 
 
@@ -168,7 +171,7 @@ def test_status_reports_each_bucket() -> None:
     assert status.enabled and status.num_switches == 1 and status.num_probes == 2
     (b,) = status.buckets
     assert (b.batch_size, b.speculating, b.num_switches, b.num_probes) == (4, False, 1, 2)
-    spec_steps = MIN_SAMPLES + CLEAR_STEPS  # the first steps, then a probe 16 steps later
+    spec_steps = MIN_SAMPLES + SPEC_CLEAR_STEPS  # the first steps, a probe 16 steps later
     assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 40 - spec_steps)
     assert not b.probing
 
@@ -180,14 +183,14 @@ def test_one_round_that_accepted_nothing_does_not_end_a_probe() -> None:
     switch = SpeculationSwitch(enabled=True)
     run_steps(switch, MIN_SAMPLES + CLEAR_STEPS, spec_tok_s=40, plain_tok_s=890)
     assert not bucket(switch, 1).speculating
-    probe_rates = iter([198.0, 750.0, 760.0])
+    probe_rates = iter([198.0, 350.0, 750.0, 760.0, 700.0, 790.0])
     spec_steps = 0
     for _ in range(4 * FIRST_PROBE_AFTER):
         speculative = switch.speculate_next(1)
         rate = next(probe_rates) if speculative else 890.0
         switch.record(1, speculative, tokens=int(rate), seconds=1.0)
         spec_steps += speculative
-    assert spec_steps == PROBE_STEPS  # not ended by the first step's 0.2x
+    assert spec_steps == SPEC_PROBE_STEPS  # not ended by its first steps' 0.2x and 0.4x
     b = bucket(switch, 1)
-    assert not b.speculating and b.speculative_tok_s == 750
+    assert not b.speculating and b.speculative_tok_s == 725  # the median
     assert switch.implied(4) is None  # a 0.84x verdict holds no larger bucket

@@ -10,11 +10,11 @@ import random
 from router.spec_switch import (
     BUCKETS,
     CLEAR,
-    CLEAR_STEPS,
     FIRST_PROBE_AFTER,
     IMPLIES,
     MAX_PROBE_AFTER,
     MIN_SAMPLES,
+    SPEC_CLEAR_STEPS,
     SpeculationSwitch,
     bucket_of,
 )
@@ -106,7 +106,7 @@ def test_a_boundary_that_moves_frees_the_buckets_it_held() -> None:
 
 def test_a_clear_loser_is_probed_far_less_often_than_a_close_one() -> None:
     """0.2x and 0.9x speculation over the same 1000 steps: the clear loser's probes back off
-    x4 and take CLEAR_STEPS steps each, the close one's x2 and three steps each."""
+    x4 and take SPEC_CLEAR_STEPS steps each, the close one's x2 and three steps each."""
     spent = {}
     for ratio in (0.2, 0.9):
         switch = SpeculationSwitch(enabled=True)
@@ -124,7 +124,7 @@ def test_probe_intervals_grow_x4_after_a_clear_loss_up_to_the_cap() -> None:
     # The first verdict switched the mode (x2), each later probe lost by CLEAR (x4).
     first = 2 * FIRST_PROBE_AFTER
     expected = [min(first * 4**i, MAX_PROBE_AFTER) for i in range(1, len(gaps) + 1)]
-    assert [g - CLEAR_STEPS for g in gaps] == expected, gaps
+    assert [g - SPEC_CLEAR_STEPS for g in gaps] == expected, gaps
 
 
 def test_mostly_unclean_steps_still_decide() -> None:
