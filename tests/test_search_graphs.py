@@ -50,10 +50,12 @@ def head(cpu_head: EagleHead) -> EagleHead:
     return copy.deepcopy(cpu_head).to(DEVICE)
 
 
-def fixed_shape_drafter(head: EagleHead, shape: TreeShape, graphs: bool) -> EagleDrafter:
+def fixed_shape_drafter(
+    head: EagleHead, shape: TreeShape, graphs: bool, num_slots: int = 256
+) -> EagleDrafter:
     if DEVICE == "cuda" and not layers_merged(head.layers):
         merge_layer_projections(head.layers)  # the fused layer body, as the service runs it
-    drafter = EagleDrafter(head, shape, num_slots=256, max_batch_size=8, max_requests=8)
+    drafter = EagleDrafter(head, shape, num_slots=num_slots, max_batch_size=8, max_requests=8)
     pool, rows = drafter.pool, drafter.rows
     search = SearchGraphRunner(head, pool, rows, shape, (1, 4), use_graphs=graphs)
     append = AppendGraphRunner(head, pool, rows, 8, (1, 4), use_graphs=graphs)
@@ -136,6 +138,27 @@ def test_round_appends_in_fixed_shapes_equal_the_reference(
         tokens, hidden = contexts[rid]
         want = Reference(cpu_head, (tokens[:23], hidden[:22]), shape).tree()
         assert_same_tree(tree, want)
+
+
+@pytest.mark.parametrize("length", [120, 450])
+def test_a_context_grown_by_rounds_proposes_what_its_reingest_does(
+    head: EagleHead, length: int
+) -> None:
+    """The router's catch-up after a target-only spell: a request grown round by round (the
+    fixed-shape append) to a long context, then dropped and ingested whole again (the eager
+    append), proposes the tree it proposed before. (On the H200 the first rounds after each
+    catch-up committed 1-2 tokens where speculation otherwise commits 3-4, 2026-12-03.)"""
+    shape = SHAPES[0]
+    drafter = fixed_shape_drafter(head, shape, graphs=True, num_slots=1024)
+    ctx = on_device(head, make_context(length, 77))
+    cut, steps = 40, []
+    while cut + 1 + sum(steps) + 8 <= length:
+        steps.append([8, 3, 1, 6][len(steps) % 4])
+    grown = rounds(drafter, {"a": ctx}, cut=cut, steps=steps)[0]
+    end = cut + 1 + sum(steps)
+    drafter.release("a")
+    ingest(drafter, "a", (ctx[0][:end], ctx[1][: end - 1]))
+    assert_same_tree(drafter.propose(["a"])[0], grown)
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")
