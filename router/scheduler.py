@@ -200,9 +200,10 @@ class Scheduler:
             waiting = any(r.is_prefilling for r in self.running)
             clean = clean and decode_only and not ended and not waiting
             self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
-            log.debug("step: batch %d, %s, %d tokens in %.2f ms, %s", self._switch_batch,
-                      "speculative" if speculative else "target-only", tokens, seconds * 1e3,
-                      "measured" if clean else "not measured")  # fmt: skip
+            if log.isEnabledFor(logging.DEBUG):  # --log-level debug; else nothing per step
+                log.debug("step: batch %d, %s, %d tokens in %.2f ms, %s", self._switch_batch,
+                          "speculative" if speculative else "target-only", tokens,
+                          seconds * 1e3, "measured" if clean else "not measured")  # fmt: skip
         if decode_only:
             self.timings.record(speculative, clock)
 
