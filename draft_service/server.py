@@ -215,7 +215,8 @@ def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
     )
 
 
-def _load_drafter(config: DraftConfig) -> Drafter:
+def load_drafter(config: DraftConfig) -> Drafter:
+    """The configured drafter, with the process-wide settings the service runs it under."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     if config.device.startswith("cuda"):
@@ -229,7 +230,7 @@ def _load_drafter(config: DraftConfig) -> Drafter:
 
 def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("draft-compute")
-    drafter = compute.run(_load_drafter, config)  # loads on the thread that runs it
+    drafter = compute.run(load_drafter, config)  # loads on the thread that runs it
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers), options=CHANNEL_OPTIONS
     )

@@ -58,9 +58,11 @@ PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CL
 CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
 CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR ends
 # A probe of speculation wants more: a round commits 1 to 9 tokens, so a few rounds' rate is a
-# poor guess. On the H200 (2026-12-03, router --log-level debug) the first rounds after each
-# probe's catch-up committed 1, 2 tokens (0.2-0.4x) where speculation ran at 0.8x, and ended
-# the probes with one or two steps.
+# poor guess. On the H200 (2026-12-03, router --log-level debug) one probe's rounds committed 1,
+# 2, 1, 1 tokens (0.2-0.4x) where speculation ran at 0.8x, and ended the probe with one or two
+# steps. Not the catch-up's doing (benchmarks/gpu_catch_up.py: after a re-ingest the drafter
+# accepts what it would have without one, round for round): runs of rounds accepting nothing
+# are common in any stretch of a reply.
 SPEC_PROBE_STEPS = 6
 SPEC_CLEAR_STEPS = 4
 PROBE_BUDGET = 16  # steps a probe may last, measured or not

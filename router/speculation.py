@@ -153,6 +153,9 @@ class Speculation:
                 req.draft_synced = False
             else:
                 trees.append(tree)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("tree for %s round %d: %d nodes, first %s", req.request_id,
+                              req.round, len(tree.token_ids), list(tree.token_ids[:6]))  # fmt: skip
         return trees
 
     def _update(self, req: Request) -> draft_pb2.ContextUpdate:
@@ -217,6 +220,10 @@ class Speculation:
         return tokens, parents
 
     def after_verify(self, req: Request, result: target_pb2.VerifyResult, num_nodes: int) -> None:
+        if log.isEnabledFor(logging.DEBUG):  # --log-level debug; else nothing per round
+            log.debug("round %d of %s at position %d: %d of %d drafts accepted: %s",
+                      req.round, req.request_id, req.num_computed, result.num_accepted,
+                      num_nodes - 1, list(result.token_ids))  # fmt: skip
         req.verify_steps += 1
         req.draft_tokens += num_nodes - 1
         req.accepted_tokens += result.num_accepted

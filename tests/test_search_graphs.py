@@ -35,6 +35,7 @@ if DEVICE == "cuda":
     # box that wrote it lacks the CPU attention kernel, so its cost and ties there are unmeasured.
     SHAPES.append(TreeShape(10, 10, 128))
 LENGTHS = [1, 9, 30]  # context pairs of the requests proposed together
+CATCH_UP = 300  # pairs held when a request is dropped and ingested again (past one 256-row chunk)
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +141,14 @@ def test_round_appends_in_fixed_shapes_equal_the_reference(
         assert_same_tree(tree, want)
 
 
-@pytest.mark.parametrize("length", [120, 450])
+@pytest.mark.parametrize(("length", "cuts"), [(120, []), (450, []), (450, [257]), (450, [5, 257])])
 def test_a_context_grown_by_rounds_proposes_what_its_reingest_does(
-    head: EagleHead, length: int
+    head: EagleHead, length: int, cuts: list[int]
 ) -> None:
     """The router's catch-up after a target-only spell: a request grown round by round (the
     fixed-shape append) to a long context, then dropped and ingested whole again (the eager
-    append), proposes the tree it proposed before. (On the H200 the first rounds after each
-    catch-up committed 1-2 tokens where speculation otherwise commits 3-4, 2026-12-03.)"""
+    append), in one chunk or cut where the router cuts it (a chunk of 256 hidden rows from the
+    target: tokens 0..256, then 257..), proposes the tree it proposed before."""
     shape = SHAPES[0]
     drafter = fixed_shape_drafter(head, shape, graphs=True, num_slots=1024)
     ctx = on_device(head, make_context(length, 77))
@@ -157,8 +158,36 @@ def test_a_context_grown_by_rounds_proposes_what_its_reingest_does(
     grown = rounds(drafter, {"a": ctx}, cut=cut, steps=steps)[0]
     end = cut + 1 + sum(steps)
     drafter.release("a")
-    ingest(drafter, "a", (ctx[0][:end], ctx[1][: end - 1]))
+    ingest(drafter, "a", (ctx[0][:end], ctx[1][: end - 1]), cuts)
     assert_same_tree(drafter.propose(["a"])[0], grown)
+
+
+@pytest.mark.parametrize("cuts", [[], [257]])
+def test_rounds_after_a_reingest_propose_what_rounds_without_one_do(
+    head: EagleHead, cuts: list[int]
+) -> None:
+    """The rounds that follow a catch-up: one drafter keeps a request it grows round by round,
+    another drops it at CATCH_UP pairs and ingests it whole again (cut where the router cuts
+    it); every later round's append and tree search (graphs on CUDA) give both the same tree."""
+    shape = SHAPES[0]
+    tokens, hidden = on_device(head, make_context(420, 79))
+    kept, caught = (fixed_shape_drafter(head, shape, graphs=True, num_slots=1024) for _ in "ab")
+    for drafter in (kept, caught):
+        ingest(drafter, "a", (tokens[:41], hidden[:40]))
+    end, steps, catch_ups = 41, [8, 3, 1, 6] * 24, 0
+    while end + steps[0] + 8 <= len(tokens):
+        if end >= CATCH_UP and not catch_ups:
+            caught.release("a")
+            ingest(caught, "a", (tokens[:end], hidden[: end - 1]), cuts)
+            catch_ups += 1
+        assert_same_tree(caught.propose(["a"])[0], kept.propose(["a"])[0])
+        step = steps.pop(0)
+        rows = hidden[end - 1 : end - 1 + step]
+        chunk = ContextChunk("a", end, tokens[end : end + step], end - 1, rows)
+        for drafter in (kept, caught):
+            drafter.append_many([chunk])
+        end += step
+    assert catch_ups == 1 and end > CATCH_UP + 40
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="needs a CUDA device: graphs replay only there")
