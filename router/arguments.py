@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-timeout", type=float, default=10.0)
     parser.add_argument(
         "--max-catch-up-per-step", type=int, default=4,
-        help="requests whose drafter is caught up (context re-ingested) in one step at most",
+        help="requests whose drafter is ingested whole (catch-up) in one step at most; those "
+        "caught up by an update (a spell of up to 256 tokens) are not counted",
     )  # fmt: skip
     parser.add_argument(
         "--draft-deadline-floor", type=float, default=0.005,

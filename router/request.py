@@ -59,6 +59,9 @@ class Request:
     replica: Any = None
     draft_synced: bool = False
     pending_update: Any = None
+    # Position of the root of the last update its drafter took (it holds tokens 0..draft_end);
+    # -1: not known, so a catch-up ingests the whole context (router/catch_up.py).
+    draft_end: int = -1
     round: int = 0
     verify_steps: int = 0
     draft_tokens: int = 0

@@ -108,7 +108,8 @@ class KVPressure:
         s.kv.finish(req, cache=True)  # computed KV into the cache; the rest freed
         req.recompute_len = len(req.context_ids)
         req.num_computed = req.num_sent_slots = 0
-        req.draft_synced, req.pending_update = False, None  # re-ingested after the recompute
+        # Re-ingested whole after the recompute.
+        req.draft_synced, req.pending_update, req.draft_end = False, None, -1
         req.num_retractions += 1
         s.counters.num_retractions += 1
         s.running.remove(req)

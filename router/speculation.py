@@ -11,12 +11,12 @@ import asyncio
 import logging
 import operator
 import time
-from collections.abc import AsyncIterator
 
 import grpc
 
 from protos import draft_pb2, target_pb2
 from router import telemetry
+from router.catch_up import CatchUp
 from router.draft_pool import DraftPool, DraftReplica
 from router.kv_manager import KVManager
 from router.request import Request
@@ -24,7 +24,6 @@ from router.skipped_rounds import merge_updates, skipped_trees
 from router.target_client import TargetClient
 
 log = logging.getLogger("splitspec.router")
-INGEST_TOKENS_PER_CHUNK = 1024
 MAX_CATCH_UP_PER_STEP = 4
 PROPOSE_ATTEMPTS = 2
 PROPOSE_RETRY_WAIT_S = 0.05
@@ -73,7 +72,7 @@ class Speculation:
         max_catch_up_per_step: int = MAX_CATCH_UP_PER_STEP,
     ) -> None:
         self.pool = pool
-        self.max_catch_up_per_step = max_catch_up_per_step
+        self.catching_up = CatchUp(pool, target, max_catch_up_per_step, self._lose_replica)
         self.target = target
         self.kv = kv
         self.default_on = default_on
@@ -123,9 +122,12 @@ class Speculation:
     ) -> list[draft_pb2.DraftTree]:
         if not replica.health.callable:
             return skipped_trees(reqs)  # suspected: not waited for; updates kept for later
-        request = draft_pb2.ProposeRequest(
-            items=[draft_pb2.ProposeItem(update=self._update(r), round=r.round) for r in reqs]
-        )
+        updates = [self._update(r) for r in reqs]
+        items = [
+            draft_pb2.ProposeItem(update=u, round=r.round)
+            for r, u in zip(reqs, updates, strict=True)
+        ]
+        request = draft_pb2.ProposeRequest(items=items)
         deadline = replica.health.deadline_s("propose")
         started = time.perf_counter()
         try:
@@ -138,7 +140,7 @@ class Speculation:
                 # Our message was wrong, not the replica: resend whole contexts next time.
                 log.error("replica %s refused a Propose: %s", replica.address, err.details())
                 for req in reqs:
-                    req.draft_synced, req.pending_update = False, None
+                    req.draft_synced, req.pending_update, req.draft_end = False, None, -1
             else:
                 self._lose_replica(replica, f"Propose: {err.code().name}")
             return []
@@ -146,16 +148,27 @@ class Speculation:
         if reply.compute_ms >= self.last_draft_compute_ms:  # the slowest replica's figures
             self.last_draft_compute_ms = reply.compute_ms
             self.last_draft_device_ms = reply.device_ms
+        return self._taken(reqs, updates, reply)
+
+    def _taken(
+        self,
+        reqs: list[Request],
+        updates: list[draft_pb2.ContextUpdate],
+        reply: draft_pb2.ProposeResponse,
+    ) -> list[draft_pb2.DraftTree]:
+        """The reply's trees; each request whose drafter took its update now holds its context
+        up to that update's root (``draft_end``, router/catch_up.py)."""
         trees = []
-        for req, tree in zip(reqs, reply.trees, strict=False):
+        for req, update, tree in zip(reqs, updates, reply.trees, strict=False):
             req.pending_update = None
             if tree.needs_context or tree.request_id != req.request_id:
-                req.draft_synced = False
-            else:
-                trees.append(tree)
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug("tree for %s round %d: %d nodes, first %s", req.request_id,
-                              req.round, len(tree.token_ids), list(tree.token_ids[:6]))  # fmt: skip
+                req.draft_synced, req.draft_end = False, -1
+                continue
+            req.draft_end = update.start_pos + len(update.token_ids) - 1
+            trees.append(tree)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("tree for %s round %d: %d nodes, first %s", req.request_id,
+                          req.round, len(tree.token_ids), list(tree.token_ids[:6]))  # fmt: skip
         return trees
 
     def _update(self, req: Request) -> draft_pb2.ContextUpdate:
@@ -241,77 +254,7 @@ class Speculation:
         old = req.pending_update
         req.pending_update = update if old is None else merge_updates(old, update)
 
-    # ---- catching a replica up -------------------------------------------------------------
+    # ---- catching a replica up: router/catch_up.py -------------------------------------
 
     async def catch_up(self, reqs: list[Request]) -> None:
-        # A bounded number per step: when a replica is ejected, its requests move to the others
-        # over a few steps instead of one step re-ingesting all of them (the others wait).
-        await asyncio.gather(*(self._sync(r) for r in reqs[: self.max_catch_up_per_step]))
-
-    async def _sync(self, req: Request) -> None:
-        if req.replica is not None and not req.replica.usable:
-            self.pool.move_away(req.replica, req.request_id)
-            req.replica = None
-        if req.replica is None:
-            req.replica = self.pool.assign(req.request_id)
-        replica = req.replica
-        if replica is None:
-            return
-        units = req.num_computed + 1
-        # Per token, but never below a round's: a short context still costs a round trip.
-        health = replica.health
-        deadline = max(health.deadline_s("propose"), health.deadline_s("ingest", units))
-        started = time.perf_counter()
-        try:
-            with telemetry.draft_timer(replica.address, "Ingest"):
-                await replica.stub.Ingest(self._ingest_chunks(req, replica), timeout=deadline)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")
-                return
-            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                log.error(
-                    "replica %s refused the context of %s: %s",
-                    replica.address,
-                    req.request_id,
-                    err.details(),
-                )
-                self.pool.unassign(replica, req.request_id)
-                req.replica = None
-                return
-            self._lose_replica(replica, f"Ingest: {err.code().name}")
-            return
-        replica.health.record("ingest", time.perf_counter() - started, units)
-        req.draft_synced, req.pending_update = True, None
-
-    async def _ingest_chunks(
-        self, req: Request, replica: DraftReplica
-    ) -> AsyncIterator[draft_pb2.IngestChunk]:
-        """Tokens 0..L and, for EAGLE, hidden rows 0..L-1 from the target's pool, streamed so
-        that after every chunk the replica holds one more token than hidden rows."""
-        last = req.num_computed  # position of the root: its KV and hidden row do not exist yet
-        tokens = req.context_ids[: last + 1]
-        rid = req.request_id
-        if not (replica.info and replica.info.needs_hidden):
-            for s in range(0, last + 1, INGEST_TOKENS_PER_CHUNK):
-                yield draft_pb2.IngestChunk(
-                    update=draft_pb2.ContextUpdate(
-                        request_id=rid,
-                        start_pos=s,
-                        token_ids=tokens[s : s + INGEST_TOKENS_PER_CHUNK],
-                    )
-                )
-            return
-        async for chunk in self.target.read_hidden(rid, 0, last):
-            s = chunk.start_pos
-            rows = chunk.hidden.shape[0]
-            first = 0 if s == 0 else s + 1
-            yield draft_pb2.IngestChunk(
-                update=draft_pb2.ContextUpdate(
-                    request_id=rid,
-                    start_pos=first,
-                    token_ids=tokens[first : s + rows + 1],
-                    hidden_start_pos=s,
-                    hidden=chunk.hidden,
-                )
-            )
+        await self.catching_up.run(reqs)
