@@ -38,6 +38,9 @@ INGEST_TOKENS_PER_CHUNK = 1024
 # A longer miss is ingested (streamed) rather than carried in one Propose: 256 rows of the
 # default model are 288 KiB, and a Propose carries every request of its batch.
 MAX_UPDATE_ROWS = 256
+# And the updates of one step together stay well inside a message's 64 MiB: 4096 rows of an
+# 8B model (hidden 4096) in bf16 are 32 MiB.
+MAX_STEP_UPDATE_ROWS = 4096
 
 
 class CatchUp:
@@ -54,9 +57,14 @@ class CatchUp:
         self.lose_replica = lose_replica
 
     async def run(self, reqs: list[Request]) -> None:
-        """Every request whose drafter can take an update gets one; up to ``max_per_step``
-        of the others are ingested whole."""
-        by_update = [r for r in reqs if self._can_update(r)]
+        """Requests whose drafter can take an update get one, up to MAX_STEP_UPDATE_ROWS rows
+        in all (the rest in later steps); up to ``max_per_step`` others are ingested whole."""
+        by_update, rows = [], 0
+        for req in filter(self._can_update, reqs):
+            rows += req.num_computed - req.draft_end
+            if by_update and rows > MAX_STEP_UPDATE_ROWS:
+                break
+            by_update.append(req)
         rest = [r for r in reqs if not self._can_update(r)][: self.max_per_step]
         await asyncio.gather(
             *(self._update(r) for r in by_update), *(self._ingest(r) for r in rest)
