@@ -7,6 +7,7 @@ import torch
 
 from draft_service.drafter import ContextChunk, ContextMismatch, TreeShape
 from draft_service.eagle.drafter import DraftPoolFull, EagleDrafter
+from draft_service.eagle.factory import warm_up_eager_appends
 from draft_service.eagle.head import EagleHead
 from draft_service.tree_types import DraftTree
 from tests.test_eagle_head import run_sequence, tiny_head
@@ -268,3 +269,10 @@ def test_draft_info_names_the_heads_hidden_size(head: EagleHead) -> None:
     info = draft_info(drafter, DraftConfig(method="eagle", cache_dir=Path(".")))
     assert (info.method, info.needs_hidden) == ("eagle", True)
     assert info.hidden_size == head.config.target.hidden_size > 0
+
+
+def test_the_start_up_warm_up_leaves_the_drafter_empty(head: EagleHead) -> None:
+    drafter = EagleDrafter(head, SHAPES[0], num_slots=64, max_requests=4)
+    warm_up_eager_appends(drafter)
+    assert drafter.pool.num_free == 64 and drafter.rows.num_free == 4
+    assert drafter.num_tokens("splitspec-warm-up") == 0
