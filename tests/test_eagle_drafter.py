@@ -276,3 +276,19 @@ def test_the_start_up_warm_up_leaves_the_drafter_empty(head: EagleHead) -> None:
     warm_up_eager_appends(drafter)
     assert drafter.pool.num_free == 64 and drafter.rows.num_free == 4
     assert drafter.num_tokens("splitspec-warm-up") == 0
+
+
+@pytest.mark.parametrize("cuts", [[], [5, 11, 12, 20], [17]])
+def test_padded_eager_appends_equal_unpadded_ones(head: EagleHead, cuts: list[int]) -> None:
+    """CUDA pads an eager append's pairs to a bucket (eager_bucket); here on the CPU the same
+    padded step: padding pairs touch only the padding row and the dummy slot."""
+    shape = TreeShape(4, 3, 12)
+    ctx = make_context(40, 8)
+    plain, padded = EagleDrafter(head, shape, 64), EagleDrafter(head, shape, 64)
+    padded.pad_eager_appends = True
+    for drafter in (plain, padded):
+        ingest(drafter, "a", ctx, cuts)
+        ingest(drafter, "b", make_context(9, 9))
+    for rid in ("a", "b"):
+        assert_same_tree(padded.propose([rid])[0], plain.propose([rid])[0])
+    assert padded.pool.num_free == plain.pool.num_free

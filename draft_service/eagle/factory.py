@@ -67,22 +67,20 @@ def attach_graphs(drafter: EagleDrafter) -> None:
     warm_up_eager_appends(drafter)
 
 
-# Pairs of the eager appends run at start-up (an Ingest, or a round's append past the graphs):
-# Triton specializes an integer argument on whether it is 1 and whether 16 divides it, and each
-# new specialization is compiled or loaded from disk on its first launch. On the H200 the first
-# 64-token Ingest after a 46-token one took 18 ms of the replica's own work (2026-12-03).
-WARM_UP_PAIRS = (1, 16, 23)
+# The eager appends' buckets (drafter.eager_bucket) run once at start-up: cuBLAS plans each new
+# matmul shape on the host (~0.6 ms a matmul on the H200), and Triton compiles or loads each new
+# specialization of its integer arguments on the first launch. Cold, the first Ingest of a
+# 46-token context took 872 ms of the replica's own work and the next one, of 64 tokens, 18 ms.
+WARM_UP_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def warm_up_eager_appends(drafter: EagleDrafter) -> None:
-    """Ingests a throwaway request in chunks of WARM_UP_PAIRS pairs (the first from position
-    0, the others extending it), then releases it."""
-    hidden_size, request_id = drafter.head.hidden_size, "splitspec-warm-up"
-    start = 0
-    for pairs in WARM_UP_PAIRS:
-        first = 0 if start == 0 else start + 1
-        tokens = [0] * (start + pairs + 1 - first)
-        rows = torch.zeros((pairs, hidden_size), dtype=drafter.dtype)
-        drafter.append(ContextChunk(request_id, first, tokens, start, rows))
-        start += pairs
-    drafter.release(request_id)
+    """An eager append of each bucket's size, as a throwaway request ingested and released
+    (up to what the model's context and the draft pool hold)."""
+    request_id, room = "splitspec-warm-up", drafter.head.config.target.max_position
+    for pairs in WARM_UP_BUCKETS:
+        if pairs + 1 + drafter.shape.num_steps > room or pairs > drafter.pool.num_free:
+            break
+        rows = torch.zeros((pairs, drafter.head.hidden_size), dtype=drafter.dtype)
+        drafter.append(ContextChunk(request_id, 0, [0] * (pairs + 1), 0, rows))
+        drafter.release(request_id)
