@@ -92,11 +92,17 @@ def env(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Itera
     router_model = router_model_with_eos(
         tiny_model_dir, log_dir / "router-model", expected[0][eos_end]
     )
+    # Blocks are asserted round by round, so every Propose is waited for (as in
+    # test_spec_catch_up). In one CI run (2026-12-03) a request here came back one token a block
+    # with the right tokens: what a replica suspected after a missed 5 ms adaptive deadline does
+    # for up to 0.25 s (its rounds are skipped); the run's logs were gone, so that is the likely
+    # cause, not a seen one.
     with running_stack(
         log_dir,
         tiny_model_dir,
         drafts,
         ["--max-context", str(MAX_CONTEXT)],
+        router_args=["--draft-deadline-floor", "5"],
         router_model_dir=router_model,
     ) as (_, router):
         yield Env(router, tokenizer, prompts, expected, eos_end)
