@@ -22,6 +22,7 @@ from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
+from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
@@ -260,8 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="splitspec draft", description=__doc__)
     add_arguments(parser)
     add_server_tls_arguments(parser)
+    cpu_wake.add_argument(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
+    if args.keep_cpus_awake:
+        cpu_wake.keep_cpus_awake()
     try:
         config = config_from_args(args)
     except ValueError as err:

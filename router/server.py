@@ -31,6 +31,7 @@ from router.target_contract import TargetContract
 from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
+from splitspec import cpu_wake
 from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ClientTLS, aio_channel, bind
@@ -177,8 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
     add_arguments(parser)
+    cpu_wake.add_argument(parser)
     args = parser.parse_args(argv)
     level = getattr(logging, args.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+    if args.keep_cpus_awake:
+        cpu_wake.keep_cpus_awake()
     config = config_from_args(args)
     asyncio.run(serve(config, secure.security_from_args(args), admission.limits_from_args(args)))

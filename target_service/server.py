@@ -21,6 +21,7 @@ from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
+from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
@@ -292,8 +293,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
     add_arguments(parser)
     add_server_tls_arguments(parser)
+    cpu_wake.add_argument(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
+    if args.keep_cpus_awake:
+        cpu_wake.keep_cpus_awake()
     config = config_from_args(args)
     try:
         serve(config, server_tls_from_args(args))
