@@ -8,11 +8,9 @@ thread hand-off of every RPC. Linux's PM QoS interface takes a latency limit for
 a file descriptor on ``/dev/cpu_dma_latency`` stays open; 0 keeps idle cores polling instead
 (the "latency-performance" profile of tuned does the same for a whole machine).
 
-Measured on the 2-core dev box (a gRPC stream echo from a grpc.aio client to a sync server,
-medians of 280 calls, three runs each, 2026-12-03): 0.31-0.39 ms a call without the hold,
-0.14-0.24 ms with it; with 1 ms of handler work and 2 ms between calls, as in a round,
-0.49-0.51 ms against 0.34-0.38 ms. The cost: idle cores spin, so the machine draws more power
-and a VM's vCPUs use their host's CPU time while idle. Off by default for that reason.
+What it changes is measured by ``python -m benchmarks.rpc_wake`` (README, "Speculative
+decoding"). The cost: idle cores spin, so the machine draws more power and a VM's vCPUs use
+their host's CPU time while idle. Off by default for that reason.
 
 The limit is system-wide and needs write access to the device (root, or a container given
 the device): where that is missing the service says so in one line and runs as it would
