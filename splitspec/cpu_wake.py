@@ -2,9 +2,8 @@
 
 A speculative round is a chain of short waits: the router waits for a Verify, the target's
 handler thread for the next request, the drafter for its Propose. Each wait long enough for a
-core to go idle ends in a wake-up, and on a virtual machine (the cloud's usual host, the
-haltpoll idle driver) leaving that idle state costs tens of microseconds more, paid by every
-thread hand-off of every RPC. Linux's PM QoS interface takes a latency limit for as long as
+core to go idle ends in a wake-up out of an idle state, paid by every thread hand-off of
+every RPC, and dearer on a virtual machine (a halted vCPU wakes through its host). Linux's PM QoS interface takes a latency limit for as long as
 a file descriptor on ``/dev/cpu_dma_latency`` stays open; 0 keeps idle cores polling instead
 (the "latency-performance" profile of tuned does the same for a whole machine).
 
