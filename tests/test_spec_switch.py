@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from router.spec_switch import (
     CLEAR_STEPS,
     FIRST_PROBE_AFTER,
@@ -183,14 +185,24 @@ def test_one_round_that_accepted_nothing_does_not_end_a_probe() -> None:
     switch = SpeculationSwitch(enabled=True)
     run_steps(switch, MIN_SAMPLES + CLEAR_STEPS, spec_tok_s=40, plain_tok_s=890)
     assert not bucket(switch, 1).speculating
-    probe_rates = iter([198.0, 350.0, 750.0, 760.0, 700.0, 790.0])
+    probe_rates = iter([250.0, 400.0, 900.0, 950.0, 920.0, 960.0])
     spec_steps = 0
     for _ in range(4 * FIRST_PROBE_AFTER):
         speculative = switch.speculate_next(1)
         rate = next(probe_rates) if speculative else 890.0
         switch.record(1, speculative, tokens=int(rate), seconds=1.0)
         spec_steps += speculative
-    assert spec_steps == SPEC_PROBE_STEPS  # not ended by its first steps' 0.2x and 0.4x
+    assert spec_steps == SPEC_PROBE_STEPS  # not ended by its first steps' 0.3x and 0.45x
     b = bucket(switch, 1)
-    assert not b.speculating and b.speculative_tok_s == 725  # the median
-    assert switch.implied(4) is None  # a 0.81x verdict (725 / 890) holds no larger bucket
+    assert not b.speculating and b.speculative_tok_s == 730  # all six rounds' tokens count
+    assert switch.implied(4) is None  # a 0.82x verdict (730 / 890) holds no larger bucket
+
+
+def test_a_rate_is_mean_tokens_over_the_median_step_time() -> None:
+    """Rounds commit skewed token counts in about the same time: the median of per-step
+    rates would say 400 tok/s here where 880 were committed a second; one slow step (a
+    collection) moves the median time, not the rate."""
+    switch = SpeculationSwitch(enabled=True)
+    for tokens, seconds in [(1, 0.005), (2, 0.005), (2, 0.005), (9, 0.005), (8, 0.5)]:
+        switch.record(1, True, tokens=tokens, seconds=seconds)
+    assert bucket(switch, 1).speculative_tok_s == pytest.approx(4.4 / 0.005)
