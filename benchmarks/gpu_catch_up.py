@@ -25,6 +25,7 @@ import torch
 from benchmarks.bench_gpu import chat_ids
 from draft_service import server as draft_server
 from draft_service.drafter import ContextChunk
+from target_service import arguments as target_arguments
 from target_service import server as target_server
 from target_service.admission import StepItem, VerifyItem
 from target_service.request_table import SamplingSpec
@@ -57,9 +58,9 @@ def build(device: str, dtype: str):
     target_args = ["--device", device, "--dtype", dtype, "--attention", "paged",
                    "--num-slots", str(WIDTH * 24), "--decode-steps", "8"]  # fmt: skip
     parser = argparse.ArgumentParser()
-    target_server.add_arguments(parser)
+    target_arguments.add_arguments(parser)
     engine = target_server.build_engine(
-        target_server.config_from_args(parser.parse_args(target_args))
+        target_arguments.config_from_args(parser.parse_args(target_args))
     )
     parser = argparse.ArgumentParser()
     draft_server.add_arguments(parser)

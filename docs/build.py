@@ -51,7 +51,7 @@ def _service_parser(prog: str, add: Callable[[argparse.ArgumentParser], None]):
 def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from draft_service.server import add_arguments as draft_args
     from router.server import add_arguments as router_args
-    from target_service.server import add_arguments as target_args
+    from target_service.arguments import add_arguments as target_args
 
     return [
         *_splitspec_parsers(),

