@@ -28,6 +28,7 @@ from typing import Any
 from benchmarks import gpu_spec_phases, gpu_target_only
 from benchmarks.common import git_commit, run_concurrent, utc_now
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
+from splitspec import cpu_wake
 from splitspec.client import Client, build_request
 from splitspec.launcher import LocalStack
 
@@ -231,7 +232,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from model_runtime.loading import default_model_path
 
     gguf = default_model_path()
-    report: dict[str, Any] = {"date": utc_now(), "commit": git_commit(), "gpu": _gpu_name()}
+    report: dict[str, Any] = {"date": utc_now(), "commit": git_commit(), "gpu": _gpu_name(),
+                              "target_extra": TARGET_EXTRA}  # fmt: skip
     phases = [
         ("steps", steps_phase),
         ("cudnn", cudnn_phase),
@@ -320,9 +322,13 @@ def main(argv: list[str] | None = None) -> int:
                         choices=list(gpu_target_only.VARIANTS), help="target-only stacks to time")
     parser.add_argument("--decode-steps", type=int, default=None, help="the targets' "
                         "--decode-steps (multi-step decoding; default theirs: 8 on CUDA)")
+    parser.add_argument("--keep-cpus-awake", choices=cpu_wake.MODES, default=None,
+                        help="the targets' --keep-cpus-awake (one holder a stack; default off)")
     args = parser.parse_args(argv)
     if args.decode_steps is not None:
         TARGET_EXTRA[:] = ["--decode-steps", str(args.decode_steps)]
+    if args.keep_cpus_awake:
+        TARGET_EXTRA.extend(["--keep-cpus-awake", args.keep_cpus_awake])
     DRAFT_DTYPE[:] = [args.draft_dtype]
     if args.max_tree_tokens is not None:
         ROUTER_EXTRA[:] = ["--max-tree-tokens", str(args.max_tree_tokens)]

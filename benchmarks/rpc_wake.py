@@ -4,10 +4,11 @@ A gRPC stream echo from a grpc.aio client (the router's kind) to a sync server w
 pool (the services' kind), each in its own process, one call at a time, as three shapes: back
 to back; with the handler busy for 1 ms (a service waiting on its device spins); and with
 that plus 2 ms between calls (the rest of a round elsewhere), where cores have time to idle.
-Each shape runs without and with a PM QoS hold of 0 us (a holder process), alternating, and
-reports the median of the call's time beyond the handler's work.
+Each shape runs with nothing held, with a PM QoS hold of 0 us (a holder process) and with idle
+spinners on every CPU (splitspec/cpu_spin.py), in turn, and reports the median of the call's
+time beyond the handler's work.
 
-    python -m benchmarks.rpc_wake [--repeats 3] [--out benchmarks/results/rpc_wake_cpu.json]
+    python -m benchmarks.rpc_wake [--repeats 3] [--modes plain qos spin] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from pathlib import Path
 import grpc
 
 from benchmarks.common import REPO_ROOT, machine_info, utc_now, versions
-from splitspec import cpu_wake
+from splitspec import cpu_spin, cpu_wake
 from splitspec.launcher import free_ports
 
 SHAPES = [(0.0, 0.0), (1.0, 0.0), (1.0, 2.0)]  # (handler work ms, gap between calls ms)
 CALLS, WARMUP = 300, 20
+MODES = ["plain", "qos", "spin"]
 DEFAULT_OUT = REPO_ROOT / "benchmarks/results/rpc_wake_cpu.json"
 
 
@@ -82,25 +84,32 @@ def measure(work_ms: float, gap_ms: float) -> float:
         server.wait()
 
 
-def run_shapes(awake: bool) -> dict[str, float]:
-    holder = _child("--hold") if awake else None
+def _hold_pm_qos() -> subprocess.Popen:
+    holder = _child("--hold")
+    deadline = time.monotonic() + 30
+    while cpu_wake.current_limit_us() != 0:
+        if holder.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the holder could not set the PM QoS limit")
+        time.sleep(0.05)
+    return holder
+
+
+def run_shapes(mode: str) -> dict[str, float]:
+    """The shapes' overheads with nothing held ("plain"), a PM QoS hold of 0 ("qos"), or idle
+    spinners on every CPU ("spin", splitspec/cpu_spin.py)."""
+    helpers = {"plain": list, "qos": lambda: [_hold_pm_qos()], "spin": cpu_spin.start}[mode]()
     try:
-        if holder is not None:
-            deadline = time.monotonic() + 30
-            while cpu_wake.current_limit_us() != 0:
-                if holder.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the holder could not set the PM QoS limit")
-                time.sleep(0.05)
         return {f"work_{w:g}ms_gap_{g:g}ms": measure(w, g) for w, g in SHAPES}
     finally:
-        if holder is not None:
-            holder.kill()
-            holder.wait()
+        for helper in helpers:
+            helper.kill()
+            helper.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES)
     parser.add_argument("--machine-name", default="2-core dev box")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)  # PORT WORK_S (a child)
@@ -113,12 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         if cpu_wake.keep_cpus_awake():
             time.sleep(3600)
         return
-    if cpu_wake.current_limit_us() == 0:
+    if "qos" in args.modes and cpu_wake.current_limit_us() == 0:
         raise SystemExit("another process holds the PM QoS limit at 0: nothing to compare")
     runs = []
     for repeat in range(args.repeats):
-        for awake in (False, True):
-            row = {"repeat": repeat, "awake": awake, "overhead_ms": run_shapes(awake)}
+        for mode in args.modes:
+            row = {"repeat": repeat, "mode": mode, "overhead_ms": run_shapes(mode)}
             print(json.dumps(row), flush=True)
             runs.append(row)
     report = {"when": utc_now(), "machine_name": args.machine_name, "machine": machine_info(1),

@@ -182,7 +182,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     level = getattr(logging, args.log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
-    if args.keep_cpus_awake:
-        cpu_wake.keep_cpus_awake()
+    cpu_wake.apply(args.keep_cpus_awake)
     config = config_from_args(args)
     asyncio.run(serve(config, secure.security_from_args(args), admission.limits_from_args(args)))

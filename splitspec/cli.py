@@ -40,8 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
         router_args.append("--adaptive-speculation")
     if not _prepare(args):
         return 2
-    if args.keep_cpus_awake:
-        cpu_wake.keep_cpus_awake()
+    cpu_wake.apply(args.keep_cpus_awake)
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
                        http=not args.http_port)  # no port given: the launcher picks a free one

@@ -1,20 +1,26 @@
-"""``--keep-cpus-awake``: holds the CPUs out of their deep idle states while a service runs.
+"""``--keep-cpus-awake``: keeps the CPUs out of idle states while a service runs.
 
 A speculative round is a chain of short waits: the router waits for a Verify, the target's
 handler thread for the next request, the drafter for its Propose. Each wait long enough for a
 core to go idle ends in a wake-up out of an idle state, paid by every thread hand-off of
-every RPC, and dearer on a virtual machine (a halted vCPU wakes through its host). Linux's PM QoS interface takes a latency limit for as long as
-a file descriptor on ``/dev/cpu_dma_latency`` stays open; 0 keeps idle cores polling instead
-(the "latency-performance" profile of tuned does the same for a whole machine).
+every RPC, and dearer on a virtual machine (a halted vCPU wakes through its host). Two ways
+to keep them awake:
 
-What it changes is measured by ``python -m benchmarks.rpc_wake`` (README, "Speculative
-decoding"): on the 2-core dev VM a round-like call's overhead fell by a third; on the H200 box,
-which exposes no idle states, nothing changed. The cost: idle cores spin, so the machine draws more power and a VM's vCPUs use
-their host's CPU time while idle. Off by default for that reason.
+- ``qos``: Linux's PM QoS interface takes a latency limit for as long as a file descriptor on
+  ``/dev/cpu_dma_latency`` stays open; 0 keeps idle cores polling in the cpuidle driver's
+  poll state (the "latency-performance" profile of tuned does the same for a whole machine).
+  It needs write access to the device (root, or a container given it), and a cpuidle driver:
+  without one an idle CPU halts whatever the limit.
+- ``spin``: a busy SCHED_IDLE process on every CPU (splitspec/cpu_spin.py), which any waking
+  thread preempts at once. No privilege needed; never under a CPU quota.
+- ``auto`` (the flag alone): ``qos`` where the kernel has a cpuidle driver and the device is
+  writable, else ``spin``.
 
-The limit is system-wide and needs write access to the device (root, or a container given
-the device): where that is missing the service says so in one line and runs as it would
-without the flag.
+Measured by ``python -m benchmarks.rpc_wake`` (README, "Speculative decoding"): on the 2-core
+dev VM (cpuidle driver haltpoll) ``qos`` cut a round-like call's overhead by a third; on the
+H200 box (no cpuidle driver) ``qos`` changed nothing and ``spin`` halved it, and a batch-1
+EAGLE round fell from 4.6 to 3.8-3.9 ms. The cost either way: idle cores spin, so the machine
+draws more power and a VM's vCPUs use their host's CPU time while idle. Off by default.
 """
 
 from __future__ import annotations
@@ -24,20 +30,48 @@ import logging
 import os
 import struct
 
+from splitspec import cpu_spin
+
 log = logging.getLogger("splitspec.cpu_wake")
 
 PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+CPUIDLE_DRIVER = "/sys/devices/system/cpu/cpuidle/current_driver"
+MODES = ("auto", "qos", "spin")
 _held: list[int] = []  # descriptors kept open for the life of the process
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-cpus-awake",
-        action="store_true",
-        help="hold the CPUs out of deep idle states while this process runs (PM QoS "
-        f"{PM_QOS_DEVICE} = 0): cheaper RPC wake-ups, more power drawn; needs write access "
-        "to the device, else a warning and no change",
+        nargs="?",
+        const="auto",
+        choices=MODES,
+        metavar="{auto,qos,spin}",
+        help="keep the CPUs out of idle states while this process runs, for cheaper RPC "
+        f"wake-ups at the cost of power: qos holds PM QoS {PM_QOS_DEVICE} at 0 (needs write "
+        "access and a cpuidle driver), spin runs a SCHED_IDLE busy process on every CPU "
+        "(not under a CPU quota); auto (the flag alone) picks qos where it can work",
     )
+
+
+def apply(mode: str | None) -> None:
+    """What a service does with its ``--keep-cpus-awake`` (None: the flag was not given)."""
+    if mode == "auto":
+        mode = choose_mode()
+    if mode == "qos":
+        keep_cpus_awake()
+    elif mode == "spin":
+        cpu_spin.start()
+
+
+def choose_mode(driver_file: str = CPUIDLE_DRIVER, device: str = PM_QOS_DEVICE) -> str:
+    """qos where it can work (a cpuidle driver to obey the limit, write access to set it)."""
+    try:
+        with open(driver_file) as f:
+            driver = f.read().strip()
+    except OSError:
+        driver = "none"
+    return "qos" if driver != "none" and os.access(device, os.W_OK) else "spin"
 
 
 def keep_cpus_awake(device: str = PM_QOS_DEVICE) -> bool:

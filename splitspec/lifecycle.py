@@ -19,7 +19,13 @@ def die_with_parent_if_asked() -> None:
         return
     # Set after exec in the service itself: a preexec_fn would force a plain fork() in the
     # launcher, and gRPC's fork handlers can then abort the child before it execs.
+    die_with_parent(int(parent), signal.SIGTERM, "launcher exited before this service started")
+
+
+def die_with_parent(parent: int, sig: int, gone: str) -> None:
+    """Asks the kernel for ``sig`` when this process's parent dies; exits now (``gone``) if
+    ``parent`` is not the parent any more (it died before the request took)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != int(parent):
-        raise SystemExit("launcher exited before this service started")
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent:
+        raise SystemExit(gone)

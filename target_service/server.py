@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     cpu_wake.add_argument(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
-    if args.keep_cpus_awake:
-        cpu_wake.keep_cpus_awake()
+    cpu_wake.apply(args.keep_cpus_awake)
     config = config_from_args(args)
     try:
         serve(config, server_tls_from_args(args))

@@ -1,5 +1,7 @@
 """--keep-cpus-awake (splitspec/cpu_wake.py): a real router holds the system's PM QoS limit at
-0 us while it runs and drops it when it exits; without access it warns and serves anyway."""
+0 us while it runs and drops it when it exits; without access it warns and serves anyway; with
+``spin`` it keeps a SCHED_IDLE spinner on each CPU, which die with it; ``auto`` picks qos only
+where a cpuidle driver would obey it and the device is writable."""
 
 from __future__ import annotations
 
@@ -58,6 +60,70 @@ def test_without_the_device_it_warns_and_changes_nothing(
         assert cpu_wake.keep_cpus_awake(str(missing)) is False
     assert "cannot open" in caplog.text and str(missing) in caplog.text
     assert not missing.exists()
+
+
+def _spinners_of(ancestor: int) -> list[int]:
+    """Pids of the cpu_spin processes descended from ``ancestor``."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            parents[int(entry.name)] = (int(fields[1]), b"splitspec.cpu_spin" in cmdline)
+
+    def descends(pid: int) -> bool:
+        while pid in parents and pid != ancestor:
+            pid = parents[pid][0]
+        return pid == ancestor
+
+    return [pid for pid, (_, spins) in parents.items() if spins and descends(pid)]
+
+
+def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with_it(
+    tmp_path: Path,
+) -> None:
+    port, unused = free_ports(2)
+    log_path = tmp_path / "router.log"
+    with log_path.open("w") as log:
+        router = subprocess.Popen(
+            [sys.executable, "-m", "router", "--keep-cpus-awake", "spin", "--host", "127.0.0.1",
+             "--port", str(port), "--target", f"127.0.0.1:{unused}"],
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    cpus = os.sched_getaffinity(0)
+    try:
+        deadline = time.monotonic() + 60
+        while len(spinners := _spinners_of(router.pid)) < len(cpus):
+            assert router.poll() is None, log_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, (spinners, log_path.read_text()[-2000:])
+            time.sleep(0.2)
+        deadline = time.monotonic() + 30  # each sets its class and CPU first thing
+        while {os.sched_getscheduler(pid) for pid in spinners} != {os.SCHED_IDLE}:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert sorted(cpu for pid in spinners for cpu in os.sched_getaffinity(pid)) == sorted(cpus)
+        assert "so that none halts" in log_path.read_text()
+    finally:
+        router.kill()  # no clean exit: the kernel's parent-death signal takes them
+        router.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in spinners):
+        assert time.monotonic() < deadline, "spinners outlived the router"
+        time.sleep(0.1)
+
+
+def test_auto_picks_qos_only_with_a_cpuidle_driver_and_a_writable_device(tmp_path: Path) -> None:
+    driver, device = tmp_path / "current_driver", tmp_path / "cpu_dma_latency"
+    device.write_bytes(b"\0" * 4)
+    driver.write_text("haltpoll\n")
+    assert cpu_wake.choose_mode(str(driver), str(device)) == "qos"
+    assert cpu_wake.choose_mode(str(driver), str(tmp_path / "missing")) == "spin"
+    driver.write_text("none\n")  # a halting kernel: the limit has no idle state to forbid
+    assert cpu_wake.choose_mode(str(driver), str(device)) == "spin"
+    assert cpu_wake.choose_mode(str(tmp_path / "no-cpuidle"), str(device)) == "spin"
 
 
 def test_every_service_and_serve_take_the_flag() -> None:
