@@ -128,17 +128,24 @@ def step_timing(client: Client, before: dict | None = None, kind: str = "target_
 
     status = client.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)
     t = getattr(status, f"{kind}_steps")
-    totals = {"steps": t.steps, **{k: getattr(t, k) * t.steps for k in TIMING_FIELDS}}
+    totals = {"steps": t.steps, **{k: getattr(t, k) * t.steps for k in TIMING_FIELDS},
+              "verify_steps": status.speculation.verify_steps,
+              "accepted_tokens": status.speculation.accepted_tokens}  # fmt: skip
     if before is None:
         return totals
     steps = totals["steps"] - before["steps"]
+    verify_steps = totals["verify_steps"] - before["verify_steps"]
+    accepted = totals["accepted_tokens"] - before["accepted_tokens"]
     means = {k: (totals[k] - before[k]) / max(steps, 1) for k in TIMING_FIELDS}
     means["router_ms"] = means["step_ms"] - means["target_call_ms"] - means["draft_call_ms"]
     means["target_rpc_ms"] = means["target_call_ms"] - means["target_compute_ms"]
     means["draft_rpc_ms"] = means["draft_call_ms"] - means["draft_compute_ms"]
     device = means["target_device_ms"] + means["draft_device_ms"]
     means["not_device_share"] = 1 - device / means["step_ms"] if means["step_ms"] else 0.0
-    return {"steps": steps, **means}
+    # The router's own count over the finished requests: committed tokens per verify step.
+    acceptance = (accepted + verify_steps) / verify_steps if verify_steps else 0.0
+    return {"steps": steps, **means, "verify_steps": verify_steps,
+            "mean_acceptance_length": acceptance}  # fmt: skip
 
 
 TIMING_FIELDS = (

@@ -69,8 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "caught up by an update (a spell of up to 256 tokens) are not counted",
     )  # fmt: skip
     parser.add_argument(
-        "--draft-deadline-floor", type=float, default=0.005,
-        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never shorter",
+        "--draft-deadline-floor", type=float, default=0.02,
+        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never "
+        "shorter; a miss costs rounds without drafts until a probe clears the replica (up "
+        "to 0.25 s) and a re-ingest, so a hiccup of a few ms is cheaper waited for",
     )  # fmt: skip
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")

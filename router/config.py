@@ -25,7 +25,7 @@ class RouterConfig:
     speculate_by_default: bool = True  # requests may still switch it per call
     max_tree_tokens: int = 64  # most nodes (root included) of a verified tree; slots reserved ahead
     draft_timeout_s: float = 10.0  # deadline of drafter calls: a slow replica counts as lost
-    draft_deadline_floor_s: float = 0.005  # adaptive drafter deadlines are never shorter
+    draft_deadline_floor_s: float = 0.02  # adaptive drafter deadlines are never shorter
     max_catch_up_per_step: int = 4  # drafter re-ingests started in one scheduler step
     max_speculative_batch: int = 32  # more decoding requests than this: target-only steps
     http_port: int = 0  # OpenAI-compatible HTTP API and /metrics (0: off)

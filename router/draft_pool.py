@@ -71,7 +71,7 @@ class DraftPool:
         timeout_s: float,
         probe_interval_s: float = 1.0,
         tls: ClientTLS | None = None,
-        deadline_floor_s: float = 0.005,
+        deadline_floor_s: float = 0.02,
         max_tree_tokens: int = 0,
     ) -> None:
         self.tls = tls
