@@ -12,19 +12,13 @@ import grpc
 import torch
 
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter
+from draft_service.errors import DraftOverloaded, InvalidDraftInput
+from draft_service.late_updates import AppliedUpdates, num_rows
 from draft_service.tree_types import DraftTree
-from model_runtime.wire import tensor_from_pb
+from draft_service.wire import chunk_from_pb, tree_to_pb
 from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec.compute_thread import ComputeThread, may_run_inline
-
-
-class InvalidDraftInput(ValueError):
-    """A message breaks the draft service contract (answered with INVALID_ARGUMENT)."""
-
-
-class DraftOverloaded(RuntimeError):
-    """The drafter has no room for the update now (answered with RESOURCE_EXHAUSTED)."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +46,6 @@ class IngestResult:
     num_hidden_rows: int
 
 
-def num_rows(chunk: ContextChunk) -> int:
-    return 0 if chunk.hidden is None else int(chunk.hidden.shape[0])
-
-
 class DraftEngine:
     """Serializes every drafter call and makes Propose retries idempotent.
 
@@ -74,6 +64,7 @@ class DraftEngine:
         self.overload_errors = overload_errors
         self._lock = threading.Lock()
         self._last: dict[str, _Proposed] = {}
+        self._applied = AppliedUpdates()  # a late Propose's update is not appended twice
 
     def propose(self, items: Sequence[RoundItem]) -> list[DraftTree | None]:
         """One tree per item, in order; None where the item needs its context ingested again."""
@@ -82,6 +73,9 @@ class DraftEngine:
             trees = [self._retried(item) for item in items]  # checks every item before appending
             new = [item for item, tree in zip(items, trees, strict=True) if tree is None]
             mismatched = self._append(new)
+            for item in new:
+                if item.chunk.request_id not in mismatched:
+                    self._applied.applied(item.chunk)
             fresh = [
                 i
                 for i, tree in enumerate(trees)
@@ -108,8 +102,12 @@ class DraftEngine:
         return last.tree
 
     def _append(self, items: Sequence[RoundItem]) -> set[str]:
-        """Appends every update; returns the ids whose update did not line up."""
-        chunks = [item.chunk for item in items]
+        """Appends every update (less what a late call applied already: late_updates.py);
+        returns the ids whose update did not line up."""
+        chunks = [
+            self._applied.unapplied_part(item.chunk, self.drafter.num_tokens(item.chunk.request_id))
+            for item in items
+        ]
         try:
             append_many = getattr(self.drafter, "append_many", None)
             if append_many is not None:
@@ -166,6 +164,7 @@ class DraftEngine:
 
     def _forget(self, request_id: str) -> bool:
         self._last.pop(request_id, None)
+        self._applied.forget(request_id)
         return self.drafter.release(request_id)
 
 
@@ -197,40 +196,6 @@ def _check_ingest(chunks: Sequence[ContextChunk]) -> None:
             )
         num_tokens += len(chunk.token_ids)
         num_hidden += num_rows(chunk)
-
-
-def chunk_from_pb(update: draft_pb2.ContextUpdate) -> ContextChunk:
-    if not update.request_id:
-        raise InvalidDraftInput("update without request_id")
-    token_ids = list(update.token_ids)
-    if any(t < 0 for t in token_ids):
-        raise InvalidDraftInput(f"request {update.request_id!r}: negative token id")
-    hidden = None
-    if update.HasField("hidden"):
-        try:
-            hidden = tensor_from_pb(update.hidden)
-        except ValueError as err:
-            raise InvalidDraftInput(f"request {update.request_id!r}: hidden: {err}") from err
-        if hidden.dim() != 2:
-            raise InvalidDraftInput(
-                f"request {update.request_id!r}: hidden must be "
-                f"[rows, hidden_size], got shape {tuple(hidden.shape)}"
-            )
-        hidden = hidden if hidden.shape[0] else None
-    return ContextChunk(
-        update.request_id, update.start_pos, token_ids, update.hidden_start_pos, hidden
-    )
-
-
-def tree_to_pb(request_id: str, tree: DraftTree | None) -> draft_pb2.DraftTree:
-    if tree is None:
-        return draft_pb2.DraftTree(request_id=request_id, needs_context=True)
-    return draft_pb2.DraftTree(
-        request_id=request_id,
-        token_ids=tree.token_ids,
-        parent_indices=tree.parent_indices,
-        scores=tree.scores or [],
-    )
 
 
 class DraftServicer(draft_pb2_grpc.DraftModelServicer):

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft-deadline-floor", type=float, default=0.02,
         help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never "
         "shorter; a miss costs rounds without drafts until a probe clears the replica (up "
-        "to 0.25 s) and a re-ingest, so a hiccup of a few ms is cheaper waited for",
+        "to 0.25 s), so a hiccup of a few ms is cheaper waited for",
     )  # fmt: skip
     parser.add_argument("--max-speculative-batch", type=int, default=32,
                         help="above this many decoding requests, steps run target-only")

@@ -9,9 +9,9 @@ The breaker's states:
 
 - ``closed``: called every step.
 - ``suspect``: it missed a deadline. Not called (its requests take target-only steps and keep
-  their pending updates, so nothing is lost and nothing re-ingested when it answers again;
-  a replica that was only late has usually applied the update it missed, so it answers the
-  merged one needs_context and is ingested again);
+  their pending updates, so nothing is lost and nothing re-ingested when it answers again:
+  a replica that was only late has applied the update it missed, and drops that part of the
+  merged one, draft_service/late_updates.py);
   the pool's probe checks its health. One good probe closes it again; failed probes for
   ``eject_after_s`` open it (a hung replica's requests then move to the others).
 - ``open``: ejected (its requests move to other replicas). After a backoff that doubles with
@@ -35,7 +35,8 @@ class DeadlinePolicy:
     multiple: float = 2.0  # of the recent p99
     # Never shorter: a skipped round costs more than a short wait. On the H200 a batch-1
     # Propose takes ~1.5 ms, yet 2-3 calls in ~3,000 missed a deadline under the old 5 ms
-    # floor, and each miss cost 8-16 rounds without drafts and a re-ingest (2026-12-03).
+    # floor, and each miss cost 8-16 rounds without drafts (and then a re-ingest, which
+    # draft_service/late_updates.py has since removed) (2026-12-03).
     floor_s: float = 0.02
     cap_s: float = 10.0  # never longer (--draft-timeout)
     initial_s: float = 2.0  # before enough calls were measured
