@@ -165,7 +165,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="drafter of the draft replicas; auto: EAGLE with the head trained for the model "
         "(shipped for the default model, or --eagle-head), else n-gram, and off on CUDA "
         "(where EAGLE at batch 1 measured 0.80-1.06x target-only on the default model, "
-        "1.01-1.27x with --keep-cpus-awake spin: README, 'On a GPU'); off: target-only",
+        "0.82-1.27x with --keep-cpus-awake spin: README, 'On a GPU'); off: target-only",
     )
     p.add_argument(
         "--draft-threads",
