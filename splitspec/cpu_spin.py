@@ -12,8 +12,8 @@ inside the guest.
 The cost is the whole machine busy: power, and CPU time billed where CPUs are metered. Under a
 CPU quota (a container's cpu.max, a Kubernetes CPU limit) the spinners' time counts against the
 quota and throttles the service, and an autoscaler reading CPU use sees a full load: they are
-for machines a service has to itself. The spinners
-die with the process that started them (PR_SET_PDEATHSIG), or at ``stop``.
+for machines a service has to itself. The spinners die with the process that started them
+(PR_SET_PDEATHSIG), or at ``stop``.
 """
 
 from __future__ import annotations
