@@ -23,7 +23,7 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str) ->
     for i, (label, values) in enumerate(series.items()):
         xs = [x + i * width for x in range(len(groups))]
         bars = ax.bar(xs, values, width, label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.bar_label(bars, fmt=lambda v: "" if v != v else f"{v:.2f}", fontsize=7)  # nan: none
     ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(groups))], groups)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
@@ -74,12 +74,16 @@ def hot_vocab(ax) -> str:
     return "hot_vocab.png"
 
 
-GPU_RUN = "gpu_stack_2026-12-02e.json"  # the latest whole-stack speculation run on the H200
+GPU_RUN, GPU_CALL = "gpu_spin_2026-12-03.json", "call_14_58"  # the latest side-by-side call
+
+
+def _gpu_call() -> dict:
+    return _load(GPU_RUN)[GPU_CALL]
 
 
 def gpu_round(ax) -> str:
     """Where a batch-1 EAGLE round goes on the H200: device time and the rest, stacked."""
-    timing = _load(GPU_RUN)["spec_bf16"]["speculative"]["round_ms"]
+    timing = _gpu_call()["spec_bf16_switch_spin"]["spec_bf16"]["speculative"]["round_ms"]
     parts = {
         "target device": timing["target_device_ms"],
         "target host + RPC": timing["target_call_ms"] - timing["target_device_ms"],
@@ -94,20 +98,28 @@ def gpu_round(ax) -> str:
     share = timing["not_device_share"]
     ax.set_xlabel("ms")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
-    ax.set_title(f"A batch-1 EAGLE round on the H200: {left:.2f} ms, {share:.0%} not device time")
+    ax.set_title(f"A batch-1 EAGLE round on the H200 (idle spinners): {left:.2f} ms, "
+                 f"{share:.0%} not device time", fontsize=9)  # fmt: skip
     return "gpu_round.png"
 
 
 def gpu_speculation(ax) -> str:
-    """EAGLE against target-only on the H200: by prompt set at batch 1, and the switch."""
-    data = _load(GPU_RUN)
-    groups = [f"batch 1\n{r['prompt_set']}" for r in data["prompt_sets"]]
-    groups += [f"batch {r['batch']}\nswitch" for r in data["switch"]]
-    ratios = [r["ratio"] for r in data["prompt_sets"]] + [r["ratio"] for r in data["switch"]]
-    _bars(ax, groups, {"tok/s over target-only's": ratios}, "x target-only")
+    """EAGLE against target-only on the H200, with and without idle spinners: by prompt set
+    at batch 1 (replies ending at EOS), and the switch (spinners) by batch size."""
+    call = _gpu_call()
+    spin, plain = call["prompt_sets_spin"], call["prompt_sets_plain"]
+    switch = call["spec_bf16_switch_spin"]["switch"]
+    groups = [f"batch 1\n{r['prompt_set']}" for r in spin["prompt_sets"]]
+    groups += [f"batch {r['batch']}\nswitch" for r in switch]
+    nothing = [float("nan")] * len(switch)  # the switch ran with spinners only
+    _bars(ax, groups, {
+        "--keep-cpus-awake spin": [r["ratio"] for r in spin["prompt_sets"]]
+        + [r["ratio"] for r in switch],
+        "nothing held": [r["ratio"] for r in plain["prompt_sets"]] + nothing,
+    }, "x target-only")  # fmt: skip
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_title(f"EAGLE on the H200, bf16, whole stack ({data['date'][:10]})")
+    ax.set_title(f"EAGLE on the H200, bf16, whole stack ({spin['date'][:10]})")
     return "gpu_speculation.png"
 
 
