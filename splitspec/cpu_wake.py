@@ -19,8 +19,9 @@ to keep them awake:
 Measured by ``python -m benchmarks.rpc_wake`` (README, "Speculative decoding"): on the 2-core
 dev VM (cpuidle driver haltpoll) ``qos`` cut a round-like call's overhead by a third; on the
 H200 box (no cpuidle driver) ``qos`` changed nothing and ``spin`` halved it, and a batch-1
-EAGLE round fell from 4.6 to 3.8-3.9 ms. The cost either way: idle cores spin, so the machine
-draws more power and a VM's vCPUs use their host's CPU time while idle. Off by default.
+EAGLE round fell from 4.6 to 3.8-3.9 ms. The cost either way: idle cores keep running
+(``qos`` for the life of the process, ``spin`` while the service works), so the machine
+draws more power and a VM's vCPUs use their host's CPU time. Off by default.
 """
 
 from __future__ import annotations

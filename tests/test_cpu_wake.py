@@ -1,7 +1,8 @@
 """--keep-cpus-awake (splitspec/cpu_wake.py): a real router holds the system's PM QoS limit at
 0 us while it runs and drops it when it exits; without access it warns and serves anyway; with
-``spin`` it keeps a SCHED_IDLE spinner on each CPU, which die with it; ``auto`` picks qos only
-where a cpuidle driver would obey it and the device is writable."""
+``spin`` it keeps a SCHED_IDLE spinner on each CPU, which sleep while it idles, spin while it
+works, and die with it; ``auto`` picks qos only where a cpuidle driver would obey it and the
+device is writable."""
 
 from __future__ import annotations
 
@@ -82,6 +83,23 @@ def _spinners_of(ancestor: int) -> list[int]:
     return [pid for pid, (_, spins) in parents.items() if spins and descends(pid)]
 
 
+def _share_runnable(pids: list[int], samples: int = 20) -> float:
+    """Of 20 looks at the processes over 0.2 s, the share that found one runnable ('R'): a
+    spinner is always, a sleeping one only while it wakes to look at its flag."""
+    runnable = 0
+    for _ in range(samples):
+        for pid in pids:
+            runnable += Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+        time.sleep(0.01)
+    return runnable / (samples * len(pids))
+
+
+def _wait_until(spinning: bool, pids: list[int], why: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while ((share := _share_runnable(pids)) == 1.0) != spinning or 0 < share < 0.5:
+        assert time.monotonic() < deadline, f"{why}: runnable in {share:.0%} of the looks"
+
+
 def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with_it(
     tmp_path: Path,
 ) -> None:
@@ -105,7 +123,10 @@ def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert sorted(cpu for pid in spinners for cpu in os.sched_getaffinity(pid)) == sorted(cpus)
+        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in spinners} == {19}
         assert "so that none halts" in log_path.read_text()
+        # A router waiting for its target does next to nothing: 2 s after start-up they sleep.
+        _wait_until(False, spinners, "the spinners of an idle router kept spinning")
     finally:
         router.kill()  # no clean exit: the kernel's parent-death signal takes them
         router.wait(timeout=30)
@@ -113,6 +134,43 @@ def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with
     while any(Path(f"/proc/{pid}").exists() for pid in spinners):
         assert time.monotonic() < deadline, "spinners outlived the router"
         time.sleep(0.1)
+
+
+# A service's stand-in whose work the test sets: it starts the spinners (asleep after 1 s of
+# quiet), then busy-loops for as long as each line on its stdin says.
+WORKER = """
+import sys, time
+from splitspec import cpu_spin
+cpu_spin.start(idle_after_s=1.0)
+print("started", flush=True)
+for line in sys.stdin:
+    end = time.monotonic() + float(line)
+    while time.monotonic() < end:
+        pass
+    print("done", flush=True)
+"""
+
+
+def test_spinners_spin_while_their_service_works_and_sleep_once_it_idles() -> None:
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=REPO_ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert worker.stdin is not None and worker.stdout is not None
+    try:
+        assert worker.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 60
+        while len(spinners := _spinners_of(worker.pid)) < len(os.sched_getaffinity(0)):
+            assert time.monotonic() < deadline, spinners
+            time.sleep(0.2)
+        _wait_until(False, spinners, "idle from the start, the spinners kept spinning")
+        worker.stdin.write("4\n")
+        worker.stdin.flush()
+        time.sleep(0.5)  # a poll or two
+        assert _share_runnable(spinners) == 1.0, "the spinners slept while the service worked"
+        assert worker.stdout.readline() == "done\n"
+        _wait_until(False, spinners, "the spinners went on spinning once the service idled", 10)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
 
 
 def test_auto_picks_qos_only_with_a_cpuidle_driver_and_a_writable_device(tmp_path: Path) -> None:
