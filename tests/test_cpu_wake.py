@@ -36,7 +36,7 @@ def test_a_router_with_the_flag_holds_the_limit_until_it_exits(tmp_path: Path) -
     log_path = tmp_path / "router.log"
     with log_path.open("w") as log:
         router = subprocess.Popen(
-            [sys.executable, "-m", "router", "--keep-cpus-awake", "--host", "127.0.0.1",
+            [sys.executable, "-m", "router", "--keep-cpus-awake", "qos", "--host", "127.0.0.1",
              "--port", str(port), "--target", f"127.0.0.1:{unused}"],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
