@@ -10,7 +10,12 @@ import torch
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path
 from plumbing.paths import default_cache_dir
-from target_service.config import ATTENTION_BACKENDS, DECODE_GRAPH_BATCHES, TargetConfig
+from target_service.config import (
+    ATTENTION_BACKENDS,
+    DECODE_GRAPH_BATCHES,
+    VERIFY_GRAPH_BATCHES,
+    TargetConfig,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,9 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify-graphs",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="paged backend: greedy tree-verify steps in fixed shapes (batch 1-8 x 8-64 nodes), "
-        "replayed from CUDA graphs (default: on on CUDA, where a 16-node verify of the default "
-        "model takes 1.13x a decode step; off on CPU, where the fixed shapes only add padding)",
+        help="paged backend: greedy tree-verify steps in fixed shapes (the batch buckets of "
+        "--verify-graph-batch-sizes x 8 nodes up to --max-tree-tokens), replayed from CUDA "
+        "graphs (default: on on CUDA, where a 16-node verify of the default model takes 1.13x "
+        "a decode step; off on CPU, where the fixed shapes only add padding)",
+    )
+    parser.add_argument(
+        "--verify-graph-batch-sizes",
+        type=_positive_ints,
+        default=VERIFY_GRAPH_BATCHES,
+        help="CUDA: batch buckets of the verify graphs, comma-separated (a larger verify runs "
+        "eagerly)",
     )
     parser.add_argument(
         "--decode-steps",
@@ -148,6 +161,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         exact=args.exact,
         max_tree_tokens=args.max_tree_tokens,
         graph_batch_sizes=tuple(args.graph_batch_sizes),
+        verify_graph_batch_sizes=tuple(args.verify_graph_batch_sizes),
         verify_graphs=args.device.startswith("cuda")
         if args.verify_graphs is None
         else args.verify_graphs,

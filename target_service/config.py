@@ -11,6 +11,9 @@ from model_runtime.config import DTYPES
 # largest bucket decodes eagerly, which on the H200 ran batch 64 at a third of batch 32's
 # tok/s (benchmarks/results/gpu_stack_2026-12-02d.json, switch phase, target-only).
 DECODE_GRAPH_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+# Up to the router's default --max-speculative-batch: a larger verify runs eagerly, which on
+# the H200 took 11 ms of device time for 16 trees of 64 nodes (a 4-tree step: 1.45 ms).
+VERIFY_GRAPH_BATCHES = (1, 2, 4, 8, 16, 32)
 
 ATTENTION_BACKENDS = ("auto", "torch", "paged", "flashinfer")
 
@@ -39,6 +42,7 @@ class TargetConfig:
     exact: bool = False  # batch-invariant numerics (paged attention; few-row or invariant linears)
     graph_batch_sizes: tuple[int, ...] = DECODE_GRAPH_BATCHES
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
+    verify_graph_batch_sizes: tuple[int, ...] = VERIFY_GRAPH_BATCHES
     max_decode_steps: int = 1  # most decode steps one Forward may run (multi_step.py)
 
     @property

@@ -86,6 +86,7 @@ def _attach_graphs(engine: TargetEngine, model: torch.nn.Module) -> None:
         engine.attach_graphs(runner)
     if config.verify_graphs and engine.paged:
         verify = VerifyGraphRunner(model, engine.pools, engine.table.slots,
+                                   batch_buckets=config.verify_graph_batch_sizes,
                                    tree_buckets=tree_buckets_up_to(config.max_tree_tokens),
                                    use_graphs=config.cuda_graphs)  # fmt: skip
         verify.capture_all()

@@ -35,6 +35,7 @@ from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
+from target_service.config import VERIFY_GRAPH_BATCHES
 from target_service.tree_batch import (
     HostTrees,
     PackedTrees,
@@ -47,7 +48,7 @@ from target_service.verify import VerifyOutput
 
 log = logging.getLogger("splitspec.target")
 
-BATCH_BUCKETS = (1, 2, 4, 8)  # speculation runs at small batches (see the router's switch)
+
 def tree_buckets_up_to(max_tree_tokens: int) -> tuple[int, ...]:
     """Nodes per tree (root included): powers of two from 8 to the first at or past the
     target's largest tree."""
@@ -122,7 +123,7 @@ class VerifyGraphRunner:
         model: LlamaForCausalLM,
         pools: SlotPools,
         table: torch.Tensor,
-        batch_buckets: tuple[int, ...] = BATCH_BUCKETS,
+        batch_buckets: tuple[int, ...] = VERIFY_GRAPH_BATCHES,
         tree_buckets: tuple[int, ...] = TREE_BUCKETS,
         use_graphs: bool = True,
     ) -> None:
