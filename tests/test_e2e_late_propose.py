@@ -35,7 +35,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(300)
 STREAMS = 4
-MAX_NEW = 600
+MAX_NEW = 400
 STOP_S = 0.4  # past the 20 ms deadline floor and any p99 a loaded CI box gives a Propose
 
 
