@@ -73,9 +73,12 @@ class ActivityWatch:
     passes without one. With 100 ticks a second, 2 ticks in a 0.1 s poll is a fifth of a CPU:
     a serving stack passes it many times a second, an idle one almost never."""
 
-    def __init__(self, ticks: TreeTicks, idle_after_s: float, min_ticks: int = 2) -> None:
+    def __init__(
+        self, ticks: TreeTicks, idle_after_s: float, min_ticks: int = 2, now: float | None = None
+    ) -> None:
         self.ticks, self.idle_after_s, self.min_ticks = ticks, idle_after_s, min_ticks
-        self._last_busy = time.monotonic()  # a service starting spinners is starting up
+        # Busy from the start (``now``): a service starting spinners is starting up.
+        self._last_busy = time.monotonic() if now is None else now
 
     def busy(self, now: float) -> bool:
         if self.ticks.spent_since_last(now) >= self.min_ticks:
