@@ -26,20 +26,26 @@ def _writable_pm_qos() -> bool:
     return os.access(cpu_wake.PM_QOS_DEVICE, os.W_OK)
 
 
+def _start_router(mode: str, log_path: Path) -> subprocess.Popen:
+    """A router with ``--keep-cpus-awake MODE``, logging to ``log_path``; its target is never
+    reached (the router starts without it)."""
+    port, unused = free_ports(2)
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "router", "--keep-cpus-awake", mode, "--host", "127.0.0.1",
+             "--port", str(port), "--target", f"127.0.0.1:{unused}"],
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 @pytest.mark.skipif(not _writable_pm_qos(), reason=f"{cpu_wake.PM_QOS_DEVICE} is not writable "
                     "here (needs root and the device), so no limit can be held")  # fmt: skip
 def test_a_router_with_the_flag_holds_the_limit_until_it_exits(tmp_path: Path) -> None:
     before = cpu_wake.current_limit_us()
     if before == 0:
         pytest.skip("another process holds the limit at 0 already: the router's would not show")
-    port, unused = free_ports(2)  # the target is never reached: the router starts without it
     log_path = tmp_path / "router.log"
-    with log_path.open("w") as log:
-        router = subprocess.Popen(
-            [sys.executable, "-m", "router", "--keep-cpus-awake", "qos", "--host", "127.0.0.1",
-             "--port", str(port), "--target", f"127.0.0.1:{unused}"],
-            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    router = _start_router("qos", log_path)
     try:
         deadline = time.monotonic() + 60
         while HELD_LINE not in log_path.read_text():
@@ -103,14 +109,8 @@ def _wait_until(spinning: bool, pids: list[int], why: str, timeout_s: float = 30
 def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with_it(
     tmp_path: Path,
 ) -> None:
-    port, unused = free_ports(2)
     log_path = tmp_path / "router.log"
-    with log_path.open("w") as log:
-        router = subprocess.Popen(
-            [sys.executable, "-m", "router", "--keep-cpus-awake", "spin", "--host", "127.0.0.1",
-             "--port", str(port), "--target", f"127.0.0.1:{unused}"],
-            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    router = _start_router("spin", log_path)
     cpus = os.sched_getaffinity(0)
     try:
         deadline = time.monotonic() + 60
