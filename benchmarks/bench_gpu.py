@@ -12,7 +12,8 @@ per prompt set (held-out ShareGPT, HumanEval, the short instructions of
 benchmarks/data/short_instructions.json: acceptance and speed); bf16 speculation on against
 off in batches of each --batches size (1, 8, 32) whose composition differs between the runs
 (`--exact` runs that target with batch-invariant numerics); in-process step times of the
-default model and of a Llama-3.1-8B shape against the HBM floor.
+default model and of a Llama-3.1-8B shape against the HBM floor; single requests with
+pauses between them, EAGLE and target-only (``bursty``: where idle-aware spinners sleep).
 """
 
 from __future__ import annotations
@@ -264,6 +265,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("mixed_batches", lambda: mixed_batches_phase(prompts[: args.num_bf16],
                                                       args.max_new_tokens, args.batches,
                                                       args.attention, args.exact)),
+        ("bursty", lambda: gpu_spec_phases.bursty(prompts[: args.num_bursts],
+                                                  args.max_new_tokens, args.burst_gap,
+                                                  args.attention)),
     ]  # fmt: skip
     for name, phase in phases:
         if args.only and name not in args.only:
@@ -315,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--num-bf16", type=int, default=20, help="prompts of the bf16 check")
+    parser.add_argument("--num-bursts", type=int, default=10,
+                        help="prompts of the bursty phase (each sent twice, alone)")
+    parser.add_argument("--burst-gap", type=float, default=3.0,
+                        help="seconds of quiet before each of the bursty phase's requests")
     parser.add_argument("--attention", default="torch", help="target backend of the spec phases")
     parser.add_argument("--exact", action="store_true", help="the mixed-batch phase's target "
                         "runs --exact")

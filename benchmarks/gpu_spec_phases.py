@@ -1,11 +1,14 @@
 """Speculation phases of the GPU benchmark (benchmarks/bench_gpu.py runs them): EAGLE by tree
 shape at batch 1, the router's adaptive switch at larger batches, each against target-only
-on the same stack and prompts, and what the target's exact mode costs EAGLE end to end."""
+on the same stack and prompts, what the target's exact mode costs EAGLE end to end, and
+single requests with pauses between them (one user's load)."""
 
 from __future__ import annotations
 
 import json
+import time
 
+from benchmarks.common import run_concurrent
 from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
@@ -149,3 +152,39 @@ def eagle_then_target_only(
     client.close()
     equal = sum(a == b for a, b in zip(spec_out, plain_out, strict=True))
     return spec, timing, plain, equal
+
+
+def bursty(prompts: list[list[int]], max_new: int, gap_s: float, attention: str) -> dict:
+    """One user's load: each prompt alone after ``gap_s`` seconds of quiet, EAGLE and
+    target-only in turn (which goes first alternates), on one stack. Against back-to-back
+    streams this is where the idle-aware spinners of ``--keep-cpus-awake spin`` differ: they
+    sleep after 2 s without work and come back 0.1-0.2 s into a request, so a short reply runs
+    partly without them. Per kind: tok/s over the requests' own time (first byte to last),
+    mean time to first token, and how many outputs the two kinds share."""
+    from benchmarks.bench_gpu import greedy_requests, stack, throughput
+
+    with stack("bfloat16", drafter=True, attention=attention) as s:
+        client = Client(s.router_address)
+        throughput(client, prompts[:2], 1, 16, True)
+        timings: dict[bool, list] = {True: [], False: []}
+        for i, ids in enumerate(prompts):
+            for spec in (True, False) if i % 2 == 0 else (False, True):
+                time.sleep(gap_s)
+                timings[spec] += run_concurrent(client, greedy_requests([ids], max_new, spec))
+        client.close()
+    eagle, plain = (_burst_figures(timings[k]) for k in (True, False))
+    pairs = zip(timings[True], timings[False], strict=True)
+    equal = sum(a.token_ids == b.token_ids for a, b in pairs)
+    row = {"gap_s": gap_s, "num_prompts": len(prompts), "max_new_tokens": max_new,
+           "eagle": eagle, "target_only": plain, "ratio": eagle["tok_s"] / plain["tok_s"],
+           "num_equal": equal}  # fmt: skip
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _burst_figures(timings: list) -> dict:
+    tokens = sum(t.num_tokens for t in timings)
+    busy = sum(t.finished - t.submitted for t in timings)
+    ttft = [1e3 * (t.first_token - t.submitted) for t in timings]
+    return {"tokens": tokens, "tok_s": tokens / busy, "ttft_ms_mean": sum(ttft) / len(ttft),
+            "ttft_ms_max": max(ttft)}  # fmt: skip
