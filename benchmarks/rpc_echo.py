@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from splitspec.grpc_util import CHANNEL_OPTIONS
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import ServiceProcess, free_ports, python_module
 
 ECHO_METHOD = "/splitspec.bench.Echo/Echo"

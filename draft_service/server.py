@@ -18,6 +18,7 @@ from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
+from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
@@ -25,7 +26,6 @@ from protos import draft_pb2, draft_pb2_grpc
 from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
-from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 
@@ -233,7 +233,7 @@ def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("draft-compute")
     drafter = compute.run(load_drafter, config)  # loads on the thread that runs it
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.max_workers), options=CHANNEL_OPTIONS
+        futures.ThreadPoolExecutor(max_workers=config.max_workers), options=SERVER_OPTIONS
     )
     engine = DraftEngine(drafter, overload_errors(config))
     # An open stream holds a worker: half of them stay for unary calls and health checks.

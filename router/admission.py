@@ -85,8 +85,8 @@ def check_prompt_len(num_tokens: int, limits: AdmissionLimits) -> None:
 
 
 def public_server_options(
-    channel_options: list[tuple[str, int]], limits: AdmissionLimits
+    server_options: list[tuple[str, int]], limits: AdmissionLimits
 ) -> list[tuple[str, int]]:
-    """The internal channel options with the public API's own receive limit."""
-    rest = [(k, v) for k, v in channel_options if k != "grpc.max_receive_message_length"]
+    """The internal services' server options with the public API's own receive limit."""
+    rest = [(k, v) for k, v in server_options if k != "grpc.max_receive_message_length"]
     return [*rest, ("grpc.max_receive_message_length", limits.max_request_bytes)]

@@ -59,11 +59,13 @@ class CatchUp:
     async def run(self, reqs: list[Request]) -> None:
         """Requests whose drafter can take an update get one, up to MAX_STEP_UPDATE_ROWS rows
         in all (the rest in later steps); up to ``max_per_step`` others are ingested whole."""
-        updatable, rest = [], []
+        updatable: list[Request] = []
+        rest: list[Request] = []
         for req in reqs:
             (updatable if self._can_update(req) else rest).append(req)
         rest = rest[: self.max_per_step]
-        by_update, rows = [], 0
+        by_update: list[Request] = []
+        rows = 0
         for req in updatable:
             rows += req.num_computed - req.draft_end
             if by_update and rows > MAX_STEP_UPDATE_ROWS:

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from protos import draft_pb2, draft_pb2_grpc
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.security import ClientTLS, aio_channel
 
 log = logging.getLogger("splitspec.router")

@@ -10,6 +10,12 @@ import logging
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from plumbing.grpc_util import (
+    CHANNEL_OPTIONS,
+    SERVER_OPTIONS,
+    add_health_and_reflection_aio,
+    bind_or_exit,
+)
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router import admission, auth, secure, shutdown
@@ -32,9 +38,8 @@ from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
 from splitspec import cpu_wake
-from splitspec.grpc_util import CHANNEL_OPTIONS, add_health_and_reflection_aio
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.security import ClientTLS, aio_channel, bind
+from splitspec.security import ClientTLS, aio_channel
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
@@ -138,7 +143,7 @@ async def serve(
         config.default_max_new_tokens,
     )
     server = grpc.aio.server(
-        options=admission.public_server_options(CHANNEL_OPTIONS, admit),
+        options=admission.public_server_options(SERVER_OPTIONS, admit),
         interceptors=auth.interceptors(security.api_key),
     )
     servicer = GenerationServicer(
@@ -151,8 +156,7 @@ async def serve(
     )
     watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], contract)
     address = f"{config.host}:{config.port}"
-    if bind(server, address, security.public_tls) == 0:
-        raise SystemExit(f"router: cannot bind {address}")
+    bind_or_exit(server, address, security.public_tls, "router")
     await server.start()
     drained = shutdown.install(server, scheduler, health, [SERVICE_NAME])
     log.info(

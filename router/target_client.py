@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from protos import target_pb2, target_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.security import ClientTLS, aio_channel
 
 RECONNECT_OPTIONS = [

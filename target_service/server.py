@@ -15,13 +15,13 @@ from model_runtime.fused_layers import merge_projections
 from model_runtime.invariant import use_invariant_matmul
 from model_runtime.loading import load_model
 from model_runtime.packed_linear import prepack_linears
+from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.once import CacheWriteError
 from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
-from splitspec.grpc_util import CHANNEL_OPTIONS, start_server
 from splitspec.lifecycle import die_with_parent_if_asked
 from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from target_service.arguments import add_arguments, config_from_args
@@ -117,7 +117,7 @@ def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
     compute = ComputeThread("target-compute")
     engine = compute.run(build_engine, config)  # the model loads on the thread that runs it
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS), options=CHANNEL_OPTIONS
+        futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS), options=SERVER_OPTIONS
     )
     # An open stream holds a worker: half of them stay for unary calls and health checks.
     streams = StreamGate(max_open=GRPC_WORKERS // 2)

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
+from plumbing.grpc_util import add_health_and_reflection_aio
 from protos import draft_pb2, draft_pb2_grpc
 from router.discovery import DraftDiscovery, NameNotFound, resolve_dns, split_host_port
 from router.draft_pool import DraftPool
-from splitspec.grpc_util import add_health_and_reflection_aio
 
 pytestmark = pytest.mark.timeout(60)
 DRAFT_SERVICE = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name

@@ -18,8 +18,8 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftOverloaded, InvalidDraftInput, RoundItem
 from draft_service.test_drafters import record_path, script_continuation
 from model_runtime.wire import tensor_to_pb
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import ServiceProcess, free_port, python_module
 
 SERVICE_NAME = "splitspec.draft.v1.DraftModel"

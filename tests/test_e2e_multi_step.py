@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import target_pb2, target_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import LocalStack
 from tests.conftest import StackLauncher
 from tests.helpers.prompts import chat_ids, router_tokenizer

@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from splitspec.grpc_util import CHANNEL_OPTIONS
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import LocalStack
 from tests.helpers.rpc import UNARY_TIMEOUT_S, Router
 

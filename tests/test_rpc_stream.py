@@ -16,8 +16,8 @@ from concurrent import futures
 import grpc
 import pytest
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.rpc_stream import StreamedUnary, StreamGate
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import free_port
 
 METHOD = "/splitspec.test.Echo/EchoStream"

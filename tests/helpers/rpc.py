@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
-from splitspec.grpc_util import CHANNEL_OPTIONS
 
 GENERATE_TIMEOUT_S = 180.0  # a whole stream, queueing included
 UNARY_TIMEOUT_S = 10.0

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import grpc
 
+from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
 from router.tokenizer import Tokenizer
-from splitspec.grpc_util import CHANNEL_OPTIONS
 from splitspec.launcher import LocalStack
 from tests.helpers.rpc import Stream
 from tests.helpers.tiny_llama import (  # noqa: F401 (fixtures re-exported to the spec tests)

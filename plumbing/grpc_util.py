@@ -25,6 +25,11 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
 ]
 
+# gRPC servers bind with SO_REUSEPORT by default, so a second service started on a port in use
+# (a router started twice, a stale target from an earlier run) binds too, and the kernel splits
+# new connections between the two without a word. Ours refuse: the second one fails to bind.
+SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]
+
 
 # A service still starting refuses connections, and a refused channel waits out gRPC's reconnect
 # backoff (1 s at first) before it tries again: a poll at that pace saw a service up to a second
@@ -75,10 +80,25 @@ def start_server(
     """Adds health + reflection, binds ``address`` (TLS when given; or exits saying why) and
     starts; returns the health servicer (a drain turns it NOT_SERVING)."""
     servicer = add_health_and_reflection(server, service_names)
-    if bind(server, address, tls) == 0:
-        raise SystemExit(f"{name}: cannot bind {address}")
+    bind_or_exit(server, address, tls, name)
     server.start()
     return servicer
+
+
+def bind_or_exit(
+    server: grpc.Server | grpc.aio.Server, address: str, tls: ServerTLS | None, name: str
+) -> None:
+    """Binds ``address`` (TLS when given) or exits saying why: grpcio raises a bare "Failed
+    to bind" (or returns 0) for a port in use and for an address not of this host alike."""
+    try:
+        bound = bind(server, address, tls)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise SystemExit(
+            f"{name}: cannot bind {address}: the port is in use (another service on it?) or "
+            "the host is not an address of this machine; choose another --port or --host"
+        )
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:
