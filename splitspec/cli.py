@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import grpc
+
 from model_runtime.config import DTYPE_CHOICES
 from splitspec import cpu_wake
 from splitspec.train_cli import add_train_parser
@@ -149,8 +151,25 @@ def _generate(args: argparse.Namespace) -> int:
     request = build_request(
         args.prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate
     )
-    print_generation(args.address, request)
+    try:
+        print_generation(args.address, request)
+    except grpc.RpcError as err:
+        print(f"\nerror: {_rpc_error(err, args.address)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the channel closed on the way out: the router aborts the request
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     return 0
+
+
+def _rpc_error(err: grpc.RpcError, address: str) -> str:
+    """One line for a failed Generate: the status and the router's message, or where no
+    router answered."""
+    code, details = err.code(), err.details() or ""
+    if code.name == "UNAVAILABLE" and "connect" in details:
+        return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
+                "or pass --address")  # fmt: skip
+    return f"{code.name}: {details}"
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,55 @@
+"""`splitspec generate` against a real router: the stream and its summary, and one line, not a
+traceback, for a refused request or a router that is not there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from splitspec.launcher import LocalStack, free_ports
+from tests.helpers.spec_fixtures import start_stack, tiny_model_dir_fixture  # noqa: F401
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def generate(address: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "splitspec.cli", "generate", "--address", address, *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[LocalStack]:
+    started = start_stack(tmp_path_factory.mktemp("generate-cli"), tiny_model_dir)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def test_generate_streams_a_reply_and_its_summary(stack: LocalStack) -> None:
+    done = generate(stack.router_address, "Say hello.", "--max-new-tokens", "6")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "6 tokens in" in done.stdout and "finish length" in done.stdout, done.stdout
+
+
+def test_a_refused_request_is_one_line_with_its_status(stack: LocalStack) -> None:
+    done = generate(stack.router_address, "Say hello.", "--temperature", "-1")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: INVALID_ARGUMENT: temperature must be >= 0 (0 is greedy), got -1.0"
+    )
+
+
+def test_no_router_is_one_line_naming_the_address() -> None:
+    (port,) = free_ports(1)  # nothing listens there once free_ports has closed it
+    done = generate(f"127.0.0.1:{port}", "Say hello.")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: no router answers at 127.0.0.1:{port}")
+    assert "splitspec serve" in lines[0]
