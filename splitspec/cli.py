@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -17,55 +18,29 @@ from model_runtime.config import DTYPE_CHOICES
 from splitspec import cpu_wake
 from splitspec.train_cli import add_train_parser
 
+if TYPE_CHECKING:  # the launcher is imported when a command needs it
+    from splitspec.launcher import LocalStack
+
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, print_generation
-    from splitspec.launcher import LocalStack
 
-    target_args = [
-        "--device",
-        args.device,
-        "--dtype",
-        args.dtype,
-        "--num-slots",
-        str(args.num_slots),
-    ]
-    if args.model:
-        target_args += ["--model", str(args.model)]
-    if args.exact:
-        target_args.append("--exact")
-    router_args = ["--model", str(args.model)] if args.model else []
-    if args.http_port:
-        router_args += ["--http-port", str(args.http_port)]
-    if args.adaptive_speculation:
-        router_args.append("--adaptive-speculation")
-    for port, flag in ((args.port, "--port"), (args.http_port, "--http-port")):
-        if port and not port_free(port):
-            print(f"error: port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
-                  f"stop it, or pass {flag} with another port (0: a free one)", file=sys.stderr)
-            return 2
+    busy = _busy_port(args)
+    if busy:
+        print(busy, file=sys.stderr)
+        return 2
     if not _prepare(args):
         return 2
     cpu_wake.apply(args.keep_cpus_awake)
-    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
-    stack = LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
-                       http=not args.http_port,  # no port given: the launcher picks a free one
-                       router_port=args.port)  # fmt: skip
+    stack = _local_stack(args)
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
-    print(f"starting target, router{drafts} (logs in {log_dir})", flush=True)
+    print(f"starting target, router{drafts} (logs in {stack.log_dir})", flush=True)
     stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
     try:
-        print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
-        http = stack.http_address or f"127.0.0.1:{args.http_port}"
-        print(f"router (OpenAI-compatible HTTP, /metrics): http://{http}/v1")
-        print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
-        for draft in stack.drafts:
-            kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
-            print(f"draft  (internal, {kind}): {draft.address}")
-        sys.stdout.flush()
+        _print_endpoints(stack, args)
         if args.demo:
             print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
             print_generation(
@@ -78,6 +53,46 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _local_stack(args: argparse.Namespace) -> LocalStack:
+    from splitspec.launcher import LocalStack
+
+    target_args = ["--device", args.device, "--dtype", args.dtype]
+    target_args += ["--num-slots", str(args.num_slots)]
+    if args.model:
+        target_args += ["--model", str(args.model)]
+    if args.exact:
+        target_args.append("--exact")
+    router_args = ["--model", str(args.model)] if args.model else []
+    if args.http_port:
+        router_args += ["--http-port", str(args.http_port)]
+    if args.adaptive_speculation:
+        router_args.append("--adaptive-speculation")
+    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
+    return LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
+                      http=not args.http_port,  # no port given: the launcher picks a free one
+                      router_port=args.port)  # fmt: skip
+
+
+def _print_endpoints(stack: LocalStack, args: argparse.Namespace) -> None:
+    print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
+    http = stack.http_address or f"127.0.0.1:{args.http_port}"
+    print(f"router (OpenAI-compatible HTTP, /metrics): http://{http}/v1")
+    print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
+    for draft in stack.drafts:
+        kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
+        print(f"draft  (internal, {kind}): {draft.address}")
+    sys.stdout.flush()
+
+
+def _busy_port(args: argparse.Namespace) -> str:
+    """The error for a public port given that something already listens on, else ''."""
+    for port, flag in ((args.port, "--port"), (args.http_port, "--http-port")):
+        if port and not port_free(port):
+            return (f"error: port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
+                    f"stop it, or pass {flag} with another port (0: a free one)")  # fmt: skip
+    return ""
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
