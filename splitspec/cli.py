@@ -49,7 +49,12 @@ def _serve(args: argparse.Namespace) -> int:
         if args.exit_after_demo:
             return 0
         print("\nserving; Ctrl-C stops every service", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        # Blocked first: sigwait only takes pending signals, and an unblocked SIGTERM (a `kill`,
+        # `docker stop`, systemd) would end this process at once, leaving the services to die
+        # of their parent's death instead of stopping here in order.
+        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        signal.sigwait(stop_signals)
         return 0
     finally:
         stack.stop()

@@ -28,6 +28,7 @@ from splitspec.client import build_request
 from splitspec.launcher import LocalStack
 from tests.conftest import CPU_FP32
 from tests.helpers.mounts import tmpfs
+from tests.helpers.processes import started_by
 from tests.helpers.rpc import Router, Stream
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,7 @@ class Demo:
     returncode: int
     second_output: Stream  # the second stack's answer to the demo's request
     second_logs: str
+    serve_pid: int
 
 
 def demo_beside_a_second_stack(tmp_path: Path) -> Demo:
@@ -99,7 +101,9 @@ def demo_beside_a_second_stack(tmp_path: Path) -> Demo:
             serve.kill()
             serve.wait(10)
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
-    return Demo(out_path.read_text(), err_path.read_text(), serve.returncode, output, logs)
+    return Demo(
+        out_path.read_text(), err_path.read_text(), serve.returncode, output, logs, serve.pid
+    )
 
 
 def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_stack(
@@ -129,7 +133,7 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     assert acceptance and float(acceptance.group(1)) >= 1.0, stats
     ports = re.findall(r"^(?:router|target|draft) .*: 127\.0\.0\.1:(\d+)$", out, re.MULTILINE)
     assert len(ports) == 3, out  # router, target, draft
-    assert not [p for p in ports if services_on(p)], "a service outlived splitspec serve"
+    assert not started_by(demo.serve_pid), "a service outlived splitspec serve"
     # The second stack: the same 24 tokens, and one build of each across both stacks (the
     # builder logs "done in"; serve's prepare step logs it on stderr, the services in theirs).
     assert len(demo.second_output.token_ids) == 24
@@ -140,12 +144,6 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     if KERNEL_BUILDS:
         assert logs.count("building the few-row kernel: done in") == 1, logs
     assert leftovers(tmp_path / "cache") == []
-
-
-def services_on(port: str) -> list[str]:
-    """Command lines of live processes started with --port PORT."""
-    listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines() if f"--port {port}" in line]
 
 
 def test_a_conversion_killed_half_way_then_a_start_that_succeeds(tmp_path: Path) -> None:

@@ -15,21 +15,16 @@ from pathlib import Path
 import pytest
 
 from plumbing.grpc_util import wait_healthy
-from splitspec.launcher import ServiceProcess, free_ports, python_module
+from tests.helpers.processes import ngram_draft_process
 
 pytestmark = pytest.mark.timeout(120)
 EXIT_WITHIN_S = 60.0  # a draft service imports torch before it binds: seconds on a loaded box
 
 
-def ngram_replica(port: int, log_dir: Path, name: str) -> ServiceProcess:
-    command = python_module("draft_service", "--method", "ngram", "--port", str(port))
-    return ServiceProcess(name, command, f"127.0.0.1:{port}", log_dir / f"{name}.log")
-
-
 def test_a_second_service_on_a_busy_port_exits_saying_so(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
-    first = ngram_replica(port, tmp_path, "first")
-    second = ngram_replica(port, tmp_path, "second")
+    first = ngram_draft_process(tmp_path / "first.log", name="first")
+    port = int(first.address.rsplit(":", 1)[1])
+    second = ngram_draft_process(tmp_path / "second.log", port, "second")
     first.start()
     try:
         first.wait_healthy(60)
