@@ -22,12 +22,12 @@ from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
+from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from protos import draft_pb2, draft_pb2_grpc
 from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name

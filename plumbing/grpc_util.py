@@ -9,7 +9,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from splitspec.security import ClientTLS, ServerTLS, bind, sync_channel
+from plumbing.security import ClientTLS, ServerTLS, bind, sync_channel
 
 # Explicit limits everywhere: hidden states travel in chunks well under these.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

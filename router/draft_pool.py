@@ -20,9 +20,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
+from plumbing.security import ClientTLS, aio_channel
 from protos import draft_pb2, draft_pb2_grpc
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
-from splitspec.security import ClientTLS, aio_channel
 
 log = logging.getLogger("splitspec.router")
 DRAFT_SERVICE = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name

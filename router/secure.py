@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from router import auth
-from splitspec.security import (
+from plumbing.security import (
     ClientTLS,
     ServerTLS,
     add_client_tls_arguments,
@@ -15,6 +14,7 @@ from splitspec.security import (
     client_tls_from_args,
     server_tls_from_args,
 )
+from router import auth
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
+from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2, target_pb2_grpc
-from splitspec.security import ClientTLS, aio_channel
 
 RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),

@@ -18,12 +18,12 @@ from model_runtime.packed_linear import prepack_linears
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.once import CacheWriteError
 from plumbing.rpc_stream import StreamGate
+from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from protos import target_pb2, target_pb2_grpc
 from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
 from splitspec.lifecycle import die_with_parent_if_asked
-from splitspec.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from target_service.arguments import add_arguments, config_from_args
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine

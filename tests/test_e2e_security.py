@@ -15,10 +15,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from plumbing.security import ClientTLS, ServerTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
 from splitspec.launcher import LocalStack
-from splitspec.security import ClientTLS, ServerTLS
 from tests.helpers.certs import CertFiles, make_certs
 from tests.helpers.spec_fixtures import FP64, ids_request
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
