@@ -18,6 +18,7 @@ from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
+from model_runtime.cuda_setup import device_problem
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
@@ -269,6 +270,9 @@ def main(argv: list[str] | None = None) -> None:
         config = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
+    problem = device_problem(config.device)
+    if problem:
+        raise SystemExit(f"draft: {problem}")
     try:
         serve(config, server_tls_from_args(args))
     except CacheWriteError as err:

@@ -13,3 +13,21 @@ def prefer_efficient_attention() -> None:
     The memory-efficient kernel has no such cost.
     """
     torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+def device_problem(device: str) -> str:
+    """Why ``device`` cannot run on this machine, or '' when it can: a CUDA device asked of a
+    torch without CUDA or of a machine without a GPU, an index past its GPUs, another name."""
+    if device == "cpu":
+        return ""
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()):
+        return f"--device {device}: unknown device; use cpu, cuda or cuda:N"
+    if not torch.cuda.is_available():
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        return (f"--device {device}: torch {torch.__version__} ({build}) sees no CUDA device "
+                "on this machine; use --device cpu")  # fmt: skip
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        return f"--device {device}: this machine has {count} CUDA device(s), from cuda:0"
+    return ""

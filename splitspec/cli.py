@@ -28,9 +28,9 @@ ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 def _serve(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, print_generation
 
-    busy = _busy_port(args)
-    if busy:
-        print(busy, file=sys.stderr)
+    problem = _busy_port(args) or _device_problem(args.device)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if not _prepare(args):
         return 2
@@ -38,7 +38,11 @@ def _serve(args: argparse.Namespace) -> int:
     stack = _local_stack(args)
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
     print(f"starting target, router{drafts} (logs in {stack.log_dir})", flush=True)
-    stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
+    try:
+        stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
+    except (RuntimeError, TimeoutError) as err:  # a service exited or never turned healthy
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     try:
         _print_endpoints(stack, args)
         if args.demo:
@@ -95,9 +99,17 @@ def _busy_port(args: argparse.Namespace) -> str:
     """The error for a public port given that something already listens on, else ''."""
     for port, flag in ((args.port, "--port"), (args.http_port, "--http-port")):
         if port and not port_free(port):
-            return (f"error: port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
+            return (f"port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
                     f"stop it, or pass {flag} with another port (0: a free one)")  # fmt: skip
     return ""
+
+
+def _device_problem(device: str) -> str:
+    if device == "cpu":
+        return ""  # without importing torch
+    from model_runtime.cuda_setup import device_problem
+
+    return device_problem(device)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

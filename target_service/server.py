@@ -9,7 +9,7 @@ from concurrent import futures
 import grpc
 import torch
 
-from model_runtime.cuda_setup import prefer_efficient_attention
+from model_runtime.cuda_setup import device_problem, prefer_efficient_attention
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
 from model_runtime.invariant import use_invariant_matmul
@@ -148,7 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
     cpu_wake.apply(args.keep_cpus_awake)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        parser.error(str(err))
+    problem = device_problem(config.device)
+    if problem:
+        raise SystemExit(f"target: {problem}")
     try:
         serve(config, server_tls_from_args(args))
     except CacheWriteError as err:
