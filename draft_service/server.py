@@ -18,17 +18,14 @@ from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
-from model_runtime.cuda_setup import device_problem
+from model_runtime.service_main import run_service
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
-from plumbing.once import CacheWriteError
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
-from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
+from plumbing.security import ServerTLS
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
-from splitspec.lifecycle import die_with_parent_if_asked
 
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
@@ -258,23 +255,4 @@ def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    die_with_parent_if_asked()
-    parser = argparse.ArgumentParser(prog="splitspec draft", description=__doc__)
-    add_arguments(parser)
-    add_server_tls_arguments(parser)
-    cpu_wake.add_argument(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args = parser.parse_args(argv)
-    cpu_wake.apply(args.keep_cpus_awake)
-    try:
-        config = config_from_args(args)
-    except ValueError as err:
-        parser.error(str(err))
-    problem = device_problem(config.device)
-    if problem:
-        raise SystemExit(f"draft: {problem}")
-    try:
-        serve(config, server_tls_from_args(args))
-    except CacheWriteError as err:
-        log.error("%s", err)  # one clear line instead of a traceback from a writer deep down
-        raise SystemExit(2) from None
+    run_service("draft", __doc__, add_arguments, config_from_args, serve, argv)

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 from concurrent import futures
 
 import grpc
 import torch
 
-from model_runtime.cuda_setup import device_problem, prefer_efficient_attention
+from model_runtime.cuda_setup import prefer_efficient_attention
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
 from model_runtime.invariant import use_invariant_matmul
 from model_runtime.loading import load_model
 from model_runtime.packed_linear import prepack_linears
+from model_runtime.service_main import run_service
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
-from plumbing.once import CacheWriteError
 from plumbing.rpc_stream import StreamGate
-from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
+from plumbing.security import ServerTLS
 from protos import target_pb2, target_pb2_grpc
-from splitspec import cpu_wake
 from splitspec.compute_thread import ComputeThread
 from splitspec.drain import drain_on_sigterm, grace_s
-from splitspec.lifecycle import die_with_parent_if_asked
 from target_service.arguments import add_arguments, config_from_args
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine
@@ -140,23 +137,4 @@ def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    die_with_parent_if_asked()
-    parser = argparse.ArgumentParser(prog="splitspec target", description=__doc__)
-    add_arguments(parser)
-    add_server_tls_arguments(parser)
-    cpu_wake.add_argument(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args = parser.parse_args(argv)
-    cpu_wake.apply(args.keep_cpus_awake)
-    try:
-        config = config_from_args(args)
-    except ValueError as err:
-        parser.error(str(err))
-    problem = device_problem(config.device)
-    if problem:
-        raise SystemExit(f"target: {problem}")
-    try:
-        serve(config, server_tls_from_args(args))
-    except CacheWriteError as err:
-        log.error("%s", err)  # one clear line instead of a traceback from a writer deep down
-        raise SystemExit(2) from None
+    run_service("target", __doc__, add_arguments, config_from_args, serve, argv)

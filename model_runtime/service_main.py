@@ -1,0 +1,52 @@
+"""The command line of a model service (target, draft): parse, check, serve.
+
+Both services start the same way: die with the launcher that spawned them, take their own
+arguments plus TLS and --keep-cpus-awake, turn them into a config (an out-of-range setting is a
+usage error), refuse a device this machine cannot run, then serve; a cache that cannot be written
+is one line, not a traceback from a writer deep down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from model_runtime.cuda_setup import device_problem
+from plumbing.once import CacheWriteError
+from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
+from splitspec import cpu_wake
+from splitspec.lifecycle import die_with_parent_if_asked
+
+log = logging.getLogger("splitspec")
+
+
+def run_service(
+    name: str,
+    description: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    config_from_args: Callable[[argparse.Namespace], Any],  # a config with a .device
+    serve: Callable[[Any, ServerTLS | None], None],
+    argv: list[str] | None = None,
+) -> None:
+    die_with_parent_if_asked()
+    parser = argparse.ArgumentParser(prog=f"splitspec {name}", description=description)
+    add_arguments(parser)
+    add_server_tls_arguments(parser)
+    cpu_wake.add_argument(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parser.parse_args(argv)
+    cpu_wake.apply(args.keep_cpus_awake)
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        parser.error(str(err))
+    problem = device_problem(config.device)
+    if problem:
+        raise SystemExit(f"{name}: {problem}")
+    try:
+        serve(config, server_tls_from_args(args))
+    except CacheWriteError as err:
+        log.error("%s", err)
+        raise SystemExit(2) from None
