@@ -19,13 +19,13 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from model_runtime.service_main import run_service
+from plumbing.compute_thread import ComputeThread
+from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.paths import default_cache_dir
 from plumbing.rpc_stream import StreamGate
 from plumbing.security import ServerTLS
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec.compute_thread import ComputeThread
-from splitspec.drain import drain_on_sigterm, grace_s
 
 log = logging.getLogger("splitspec.draft")
 SERVICE_NAME = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name

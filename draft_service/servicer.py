@@ -16,9 +16,9 @@ from draft_service.errors import DraftOverloaded, InvalidDraftInput
 from draft_service.late_updates import AppliedUpdates, num_rows
 from draft_service.tree_types import DraftTree
 from draft_service.wire import chunk_from_pb, tree_to_pb
+from plumbing.compute_thread import ComputeThread, may_run_inline
 from plumbing.rpc_stream import StreamGate
 from protos import draft_pb2, draft_pb2_grpc
-from splitspec.compute_thread import ComputeThread, may_run_inline
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def _check_ingest(chunks: Sequence[ContextChunk]) -> None:
 
 class DraftServicer(draft_pb2_grpc.DraftModelServicer):
     """Decoding, engine calls and encoding take the compute thread's turn, on that thread unless
-    they may run on the handler's own (splitspec/compute_thread.py); an Ingest stream is read
+    they may run on the handler's own (plumbing/compute_thread.py); an Ingest stream is read
     before its turn."""
 
     def __init__(

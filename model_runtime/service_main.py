@@ -16,10 +16,10 @@ from typing import Any
 
 from model_runtime.cuda_setup import device_problem
 from model_runtime.loading import ModelNotFound
+from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.once import CacheWriteError
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from splitspec import cpu_wake
-from splitspec.lifecycle import die_with_parent_if_asked
 
 log = logging.getLogger("splitspec")
 

@@ -16,6 +16,7 @@ from plumbing.grpc_util import (
     add_health_and_reflection_aio,
     bind_or_exit,
 )
+from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.security import ClientTLS, aio_channel
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
@@ -39,7 +40,6 @@ from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
 from splitspec import cpu_wake
-from splitspec.lifecycle import die_with_parent_if_asked
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name

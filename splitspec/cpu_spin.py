@@ -30,8 +30,8 @@ import subprocess
 import sys
 import time
 
+from plumbing.lifecycle import die_with_parent
 from splitspec.cpu_activity import ActivityWatch, TreeTicks
-from splitspec.lifecycle import die_with_parent
 
 log = logging.getLogger("splitspec.cpu_spin")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import IO
 
 from plumbing.grpc_util import wait_healthy
+from plumbing.lifecycle import PARENT_PID_ENV
 from plumbing.security import ClientTLS, sync_channel
-from splitspec.lifecycle import PARENT_PID_ENV
 
 
 def free_port(host: str = "127.0.0.1") -> int:

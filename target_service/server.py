@@ -15,12 +15,12 @@ from model_runtime.invariant import use_invariant_matmul
 from model_runtime.loading import load_model
 from model_runtime.packed_linear import prepack_linears
 from model_runtime.service_main import run_service
+from plumbing.compute_thread import ComputeThread
+from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
 from plumbing.rpc_stream import StreamGate
 from plumbing.security import ServerTLS
 from protos import target_pb2, target_pb2_grpc
-from splitspec.compute_thread import ComputeThread
-from splitspec.drain import drain_on_sigterm, grace_s
 from target_service.arguments import add_arguments, config_from_args
 from target_service.config import TargetConfig
 from target_service.engine import TargetEngine

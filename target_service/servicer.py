@@ -6,9 +6,9 @@ import grpc
 import torch
 
 from model_runtime.wire import tensor_to_pb
+from plumbing.compute_thread import ComputeThread, may_run_inline
 from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
-from splitspec.compute_thread import ComputeThread, may_run_inline
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.request_table import SamplingSpec
@@ -47,7 +47,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         self.engine = engine
         self.info = info
         # The engine owns device state: every call takes the compute thread's turn, and runs
-        # on that thread unless it may run on the handler's own (splitspec/compute_thread.py).
+        # on that thread unless it may run on the handler's own (plumbing/compute_thread.py).
         inline = may_run_inline(engine.device.type, torch.get_num_threads())
         compute.thread_setup = torch.get_num_threads  # torch's thread count on each thread
         self.run = compute.run_here if inline else compute.run

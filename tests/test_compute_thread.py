@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from splitspec.compute_thread import ComputeThread, may_run_inline
+from plumbing.compute_thread import ComputeThread, may_run_inline
 
 
 def test_calls_from_many_threads_all_run_on_one_thread_one_at_a_time() -> None:

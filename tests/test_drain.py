@@ -1,4 +1,4 @@
-"""SIGTERM drains a service (splitspec/drain.py): how Kubernetes and podman stop containers.
+"""SIGTERM drains a service (plumbing/drain.py): how Kubernetes and podman stop containers.
 
 The router, hit by SIGTERM while a long stream runs, refuses new calls but lets that stream
 finish in full, then exits 0; an idle draft service exits 0 at once (without a handler the

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from plumbing.lifecycle import PARENT_PID_ENV
 from splitspec.launcher import ServiceProcess, free_ports, python_module
-from splitspec.lifecycle import PARENT_PID_ENV
 
 
 def ngram_draft_process(log_path: Path, port: int = 0, name: str = "draft") -> ServiceProcess:
@@ -22,7 +22,7 @@ def ngram_draft_process(log_path: Path, port: int = 0, name: str = "draft") -> S
 
 def started_by(launcher_pid: int) -> list[str]:
     """Command lines of live processes that the launcher in process ``launcher_pid`` started
-    (their environment names it, splitspec/lifecycle.py). Not matched by port: serve's router
+    (their environment names it, plumbing/lifecycle.py). Not matched by port: serve's router
     has a fixed one (50051), which another stack on the machine (a compose router) may use."""
     mark = f"{PARENT_PID_ENV}={launcher_pid}".encode()
     found = []
