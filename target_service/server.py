@@ -122,7 +122,7 @@ def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
         TargetServicer(engine, target_info(engine), compute, streams), server
     )
     address = f"{config.host}:{config.port}"
-    health = start_server(server, [SERVICE_NAME], address, "target", tls)
+    health, address = start_server(server, [SERVICE_NAME], address, "target", tls)
     drain_on_sigterm(server, health, grace_s(5.0))
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
