@@ -16,6 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=50051)
     parser.add_argument("--target", default="127.0.0.1:50061", help="target service address")
     parser.add_argument(
+        "--target-wait-s",
+        type=float,
+        default=600.0,
+        help="how long start-up waits for the target to serve (a cold start converts the model "
+        "first); the log says every 10 s what the wait meets",
+    )
+    parser.add_argument(
         "--model",
         type=Path,
         default=None,
@@ -105,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
         model_path=args.model or default_tokenizer_path(),
         target_address=args.target,
+        connect_timeout_s=args.target_wait_s,
         host=args.host,
         port=args.port,
         max_queue=args.max_queue,

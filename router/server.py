@@ -8,16 +8,13 @@ import dataclasses
 import logging
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from plumbing.grpc_util import (
-    CHANNEL_OPTIONS,
     SERVER_OPTIONS,
     add_health_and_reflection_aio,
     bind_or_exit,
 )
 from plumbing.lifecycle import die_with_parent_if_asked
-from plumbing.security import ClientTLS, aio_channel
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router import admission, auth, secure, shutdown
@@ -36,6 +33,7 @@ from router.slot_allocator import SlotAllocator
 from router.speculation import Speculation
 from router.target_client import TargetClient
 from router.target_contract import TargetContract
+from router.target_wait import wait_for_target
 from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
@@ -43,34 +41,6 @@ from splitspec import cpu_wake
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name
-
-
-# A target that is still starting (a minute on a cold cache) refuses connections; at gRPC's
-# default reconnect backoff (x1.6 up to 120 s) the router noticed it up to ~20 s late, and with
-# the backoff growing to 1 s, up to a second late at every start. A refused connection costs
-# next to nothing: the probe tries every 250 ms.
-PROBE_OPTIONS = [
-    *CHANNEL_OPTIONS,
-    ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.min_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 250),
-]
-
-
-async def wait_for_target(address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    async with aio_channel(address, tls, PROBE_OPTIONS) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while loop.time() < deadline:
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.25)
-    raise SystemExit(f"router: target at {address} not healthy after {timeout_s:.0f} s")
 
 
 def model_info(

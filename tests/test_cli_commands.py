@@ -70,3 +70,11 @@ def wait_for_address(log_path: Path, service: subprocess.Popen) -> str:
             return found.group(1)
         time.sleep(0.1)
     raise AssertionError(f"no 'serving on' line:\n{log_path.read_text()[-2000:]}")
+
+
+def test_a_router_without_its_target_says_what_it_waits_for_and_gives_up() -> None:
+    done = splitspec("router", "--port", "0", "--target", "127.0.0.1:1", "--target-wait-s", "1")
+    assert done.returncode == 1
+    assert "waiting for the target at 127.0.0.1:1 (up to 1 s)" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("router: target at 127.0.0.1:1 not healthy after 1 s (UNAVAILABLE"), last
