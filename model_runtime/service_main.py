@@ -3,8 +3,8 @@
 Both services start the same way: die with the launcher that spawned them, take their own
 arguments plus TLS and --keep-cpus-awake, refuse a device this machine cannot run (before
 looking for the model), turn them into a config (an out-of-range setting is a usage error), then
-serve; a cache that cannot be written or a model that is not there is one line, not a traceback
-from deep down.
+serve; a cache that cannot be written, a model that is not there or pools larger than the free
+memory are one line, not a traceback from deep down.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from model_runtime.cuda_setup import device_problem
 from model_runtime.loading import ModelNotFound
+from model_runtime.pools import PoolsTooLarge
 from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.once import CacheWriteError
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
@@ -51,6 +52,6 @@ def run_service(
         raise SystemExit(f"{name}: {err}") from None
     try:
         serve(config, server_tls_from_args(args))
-    except (CacheWriteError, ModelNotFound) as err:
+    except (CacheWriteError, ModelNotFound, PoolsTooLarge) as err:
         log.error("%s", err)
         raise SystemExit(2) from None
