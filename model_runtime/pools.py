@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 
 from model_runtime.config import ModelConfig
+from plumbing.errors import StartupRefused
 
 
-class PoolsTooLarge(ValueError):
+class PoolsTooLarge(StartupRefused, ValueError):
     """The slot pools asked for do not fit the device's free memory: said before allocating,
     instead of the allocator's error (or the kernel's OOM killer) part way through."""
 

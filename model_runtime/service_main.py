@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from model_runtime.cuda_setup import device_problem
-from model_runtime.loading import ModelNotFound
-from model_runtime.pools import PoolsTooLarge
+from plumbing.errors import StartupRefused
 from plumbing.lifecycle import die_with_parent_if_asked
-from plumbing.once import CacheWriteError
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from splitspec import cpu_wake
 
@@ -46,12 +44,16 @@ def run_service(
         raise SystemExit(f"{name}: {problem}")
     try:
         config = config_from_args(args)
+    except StartupRefused as err:  # before ValueError: some refusals are ValueErrors too
+        refuse(name, err)
     except ValueError as err:
         parser.error(str(err))
-    except ModelNotFound as err:
-        raise SystemExit(f"{name}: {err}") from None
     try:
         serve(config, server_tls_from_args(args))
-    except (CacheWriteError, ModelNotFound, PoolsTooLarge) as err:
-        log.error("%s", err)
-        raise SystemExit(2) from None
+    except StartupRefused as err:
+        refuse(name, err)
+
+
+def refuse(name: str, err: StartupRefused) -> NoReturn:
+    log.error("%s: %s", name, err)
+    raise SystemExit(2) from None

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from plumbing.errors import StartupRefused
+
 log = logging.getLogger("splitspec.cache")
 
 POLL_S = 0.25  # how often a waiter tries the lock again
@@ -40,7 +42,7 @@ STORAGE_ERRNOS = (
 )
 
 
-class CacheWriteError(RuntimeError):
+class CacheWriteError(StartupRefused, RuntimeError):
     """The cache folder cannot be written; the message names it and SPLITSPEC_CACHE."""
 
 

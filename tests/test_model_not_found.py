@@ -1,5 +1,5 @@
-"""A model that is not there is one line from `serve` (before any service starts) and from each
-model service, not a traceback from the loader."""
+"""A model (or an EAGLE head) that is not there is one line from `serve` (before any service
+starts) and from each model service, not a traceback from the loader."""
 
 from __future__ import annotations
 
@@ -40,3 +40,13 @@ def test_serve_names_the_missing_model_before_starting_anything(tmp_path: Path) 
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: model {missing}: no such file or folder"
     assert "starting target" not in done.stdout
+
+
+def test_an_eagle_head_folder_without_a_head_is_named(tmp_path: Path) -> None:
+    done = run("draft_service", "--port", "0", "--method", "eagle", "--device", "cpu",
+               "--eagle-head", str(tmp_path))  # fmt: skip
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.endswith(f"draft: EAGLE head {tmp_path}: no eagle_config.json there (a head "
+                         "folder is what `splitspec train-draft` writes)"), last  # fmt: skip
+    assert "Traceback" not in done.stderr

@@ -27,8 +27,13 @@ from model_runtime.config import ModelConfig
 from model_runtime.layers import RMSNorm, RotaryTable
 from model_runtime.llama import DecoderLayer
 from model_runtime.paged import PagedMetadata
+from plumbing.errors import StartupRefused
 
 CONFIG_FILE = "eagle_config.json"
+
+
+class HeadUnusable(StartupRefused, ValueError):
+    """An EAGLE head folder that is not there, not whole, or built for another target."""
 WEIGHTS_FILE = "model.safetensors"
 HOT_VOCAB_FILE = "hot_vocab.safetensors"  # optional: the token ids the draft may propose
 FORMAT = "splitspec-eagle-1"
@@ -222,13 +227,17 @@ def load_head(
     """Loads a head saved by save_head over the target checkpoint it was trained for."""
     from safetensors.torch import load_file
 
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (head_dir / name).is_file():
+            raise HeadUnusable(f"EAGLE head {head_dir}: no {name} there (a head folder is what "
+                               "`splitspec train-draft` writes)")  # fmt: skip
     config = EagleConfig.from_json((head_dir / CONFIG_FILE).read_text())
     check_same_shape(config.target, read_target_config(target_checkpoint))
     head = EagleHead(config)
     trainable = load_file(head_dir / WEIGHTS_FILE)
     expected = set(head.trainable_state_dict())
     if set(trainable) != expected:
-        raise ValueError(f"head weights mismatch: {sorted(set(trainable) ^ expected)}")
+        raise HeadUnusable(f"head weights mismatch: {sorted(set(trainable) ^ expected)}")
     head.load_state_dict(trainable, strict=False)
     head.load_target_parts(read_target_parts(target_checkpoint))
     head = head.to(device=device, dtype=dtype).eval()
@@ -264,4 +273,4 @@ def check_same_shape(saved: ModelConfig, target: ModelConfig) -> None:
     a, b = asdict(saved), asdict(target)
     diff = [k for k in a if k != "name" and a[k] != b[k]]
     if diff:
-        raise ValueError(f"head was built for another target: {diff} differ")
+        raise HeadUnusable(f"the EAGLE head was built for another target: {diff} differ")
