@@ -29,11 +29,12 @@ with `--help`.
 
 def _splitspec_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from splitspec import cli
+    from splitspec.serve_cli import add_serve_parser
     from splitspec.train_cli import add_train_parser
 
     root = argparse.ArgumentParser(prog="splitspec")
     sub = root.add_subparsers(dest="command")
-    cli._add_serve(sub)
+    add_serve_parser(sub)
     cli._add_generate(sub)
     add_train_parser(sub)
     helps = {a.dest: a.help for a in sub._choices_actions}

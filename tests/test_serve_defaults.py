@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from model_runtime.config import cpu_has_native_bf16, resolve_dtype
-from splitspec.cli import _add_serve, _draft_args, draft_method
+from splitspec.serve_cli import _draft_args, add_serve_parser, draft_method
 
 
 def serve_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    _add_serve(parser.add_subparsers(dest="command"))
+    add_serve_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["serve", *argv])
 
 

