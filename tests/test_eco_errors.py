@@ -32,6 +32,8 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
     ("extra", "status", "param"),
     [
         ({"model": "gpt-4o"}, 404, "model"),
+        ({"model": ""}, 400, "model"),
+        ({"model": 7}, 400, "model"),
         ({"n": 2}, 400, "n"),
         ({"max_tokens": -1}, 400, "max_tokens"),
         ({"max_tokens": 0}, 400, "max_tokens"),
@@ -64,6 +66,13 @@ def test_unknown_path_and_bad_prompt(eco_stack: EcoStack) -> None:
     assert_error(status, json.loads(raw), 404)
     body = {"model": eco_stack.model_name, "prompt": ["a", "b"], "max_tokens": 2}
     assert_error(*eco_stack.post("/v1/completions", body), 400, "prompt")
+
+
+def test_a_request_naming_no_model_gets_the_served_one(eco_stack: EcoStack) -> None:
+    body = {"prompt": "The sky is", "max_tokens": 3, "temperature": 0}  # vLLM takes this too
+    status, reply = eco_stack.post("/v1/completions", body)
+    assert status == 200, reply
+    assert reply["model"] == eco_stack.model_name and reply["usage"]["completion_tokens"] == 3
 
 
 def test_still_serving_after_bad_input(eco_stack: EcoStack) -> None:

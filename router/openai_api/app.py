@@ -89,7 +89,7 @@ class OpenAIServer:
         try:
             self._authorize(request)
             parsed = parse(protocol.parse_body(await request.body()))
-            if parsed.model != self.model_name:
+            if parsed.model is not None and parsed.model != self.model_name:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")
             req = self._submit(parsed.generate)

@@ -22,7 +22,7 @@ UINT64 = (1 << 64) - 1
 @dataclass(frozen=True)
 class ParsedRequest:
     generate: pb.GenerateRequest
-    model: str
+    model: str | None  # None: the body named none, so the served one
     stream: bool
     include_usage: bool
 
@@ -114,9 +114,9 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
 def _finish(
     request: pb.GenerateRequest, body: dict[str, Any], max_tokens_keys: tuple[str, ...]
 ) -> ParsedRequest:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "model is required", "model")
+    model = body.get("model")  # left out: the served model, as vLLM does
+    if model is not None and (not isinstance(model, str) or not model):
+        raise ApiError(400, "model must be the served model's name", "model")
     _sampling(request.sampling, body, max_tokens_keys)
     speculation = body.get("speculation")
     if speculation is not None:
