@@ -17,8 +17,9 @@ def _generate(args: argparse.Namespace) -> int:
 
     speculate = None if args.speculate is None else args.speculate == "on"
     request = build_request(
-        args.prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate
-    )
+        args.prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
+        top_p=args.top_p, top_k=args.top_k, stop=args.stop,
+    )  # fmt: skip
     try:
         print_generation(args.address, request)
     except grpc.RpcError as err:
@@ -47,6 +48,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                    help="the router's public gRPC API (`splitspec serve` listens here by default)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: off)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end the reply before this text (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="makes a sampled request reproducible")
     p.add_argument("--raw", action="store_true", help="send the prompt as text, no chat template")
     p.add_argument("--speculate", choices=["on", "off"], default=None,

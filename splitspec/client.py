@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -96,6 +96,10 @@ def build_request(
     temperature: float,
     seed: int | None = None,
     speculate: bool | None = None,
+    *,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    stop: Sequence[str] = (),
 ) -> pb.GenerateRequest:
     req = pb.GenerateRequest()
     if chat:
@@ -104,6 +108,9 @@ def build_request(
         req.text = prompt
     req.sampling.max_new_tokens = max_new_tokens
     req.sampling.temperature = temperature
+    req.sampling.top_p = top_p
+    req.sampling.top_k = top_k
+    req.sampling.stop.extend(stop)
     if seed is not None:
         req.sampling.seed = seed
     if speculate is not None:

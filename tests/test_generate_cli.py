@@ -53,3 +53,24 @@ def test_no_router_is_one_line_naming_the_address() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: no router answers at 127.0.0.1:{port}")
     assert "splitspec serve" in lines[0]
+
+
+def reply_of(done: subprocess.CompletedProcess) -> str:
+    """The streamed text: stdout before the blank line and the summary."""
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.rsplit("\n\n", 1)[0]
+
+
+def test_sampling_flags_and_stop_reach_the_request(stack: LocalStack) -> None:
+    greedy = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw")
+    # Sampling from the single likeliest token is greedy, whatever the temperature and seed.
+    top_1 = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw",
+                     "--temperature", "0.9", "--top-k", "1", "--top-p", "0.5", "--seed", "4")  # fmt: skip
+    text = reply_of(greedy)
+    assert reply_of(top_1) == text
+    stop = text.strip()[len(text.strip()) // 2 :][:3]
+    assert stop.strip(), text  # a visible piece from the middle of the reply
+    stopped = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw",
+                       "--stop", "never-there", "--stop", stop)  # fmt: skip
+    assert "finish stop" in stopped.stdout, stopped.stdout
+    assert stop not in reply_of(stopped) and text.startswith(reply_of(stopped))
