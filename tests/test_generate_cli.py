@@ -62,15 +62,13 @@ def reply_of(done: subprocess.CompletedProcess) -> str:
 
 
 def test_sampling_flags_and_stop_reach_the_request(stack: LocalStack) -> None:
-    greedy = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw")
+    ask = [stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw"]
+    text = reply_of(generate(*ask))
     # Sampling from the single likeliest token is greedy, whatever the temperature and seed.
-    top_1 = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw",
-                     "--temperature", "0.9", "--top-k", "1", "--top-p", "0.5", "--seed", "4")  # fmt: skip
-    text = reply_of(greedy)
-    assert reply_of(top_1) == text
+    sampled = ["--temperature", "0.9", "--top-k", "1", "--top-p", "0.5", "--seed", "4"]
+    assert reply_of(generate(*ask, *sampled)) == text
     stop = text.strip()[len(text.strip()) // 2 :][:3]
     assert stop.strip(), text  # a visible piece from the middle of the reply
-    stopped = generate(stack.router_address, "Say hello.", "--max-new-tokens", "12", "--raw",
-                       "--stop", "never-there", "--stop", stop)  # fmt: skip
+    stopped = generate(*ask, "--stop", "never-there", "--stop", stop)
     assert "finish stop" in stopped.stdout, stopped.stdout
     assert stop not in reply_of(stopped) and text.startswith(reply_of(stopped))
