@@ -3,8 +3,9 @@
 Both services start the same way: die with the launcher that spawned them, take their own
 arguments plus TLS and --keep-cpus-awake, refuse a device this machine cannot run (before
 looking for the model), turn them into a config (an out-of-range setting is a usage error), then
-serve; a cache that cannot be written, a model that is not there or pools larger than the free
-memory are one line, not a traceback from deep down.
+serve; what stops a start as configured (plumbing/errors.StartupRefused: a cache that cannot be
+written, a model or EAGLE head that is not there, pools past the free memory) is one line and
+exit status 2, not a traceback from deep down.
 """
 
 from __future__ import annotations

@@ -30,10 +30,6 @@ from model_runtime.paged import PagedMetadata
 from plumbing.errors import StartupRefused
 
 CONFIG_FILE = "eagle_config.json"
-
-
-class HeadUnusable(StartupRefused, ValueError):
-    """An EAGLE head folder that is not there, not whole, or built for another target."""
 WEIGHTS_FILE = "model.safetensors"
 HOT_VOCAB_FILE = "hot_vocab.safetensors"  # optional: the token ids the draft may propose
 FORMAT = "splitspec-eagle-1"
@@ -44,6 +40,11 @@ TARGET_KEYS = {
     "model.norm.weight": "norm.weight",
     "lm_head.weight": "lm_head.weight",
 }
+
+
+class HeadUnusable(StartupRefused, ValueError):
+    """An EAGLE head folder that is not there, not whole, or built for another target."""
+
 
 KVPools = tuple[list[torch.Tensor], list[torch.Tensor]]
 
