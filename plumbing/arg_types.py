@@ -1,0 +1,41 @@
+"""argparse types for numeric flags, so that a value out of range is a usage error naming the
+flag (`argument --max-running: must be >= 1, got 0`) instead of a service that starts and then
+hangs, refuses everything or times out at once."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def number_at_least(
+    kind: type[int] | type[float], minimum: float, exclusive: bool = False
+) -> Callable[[str], int | float]:
+    sign = ">" if exclusive else ">="
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+            if value != value:  # nan: compares false with every bound
+                raise ValueError(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not {'an integer' if kind is int else 'a number'}: {text!r}"
+            ) from None
+        if value < minimum or (exclusive and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be {sign} {minimum:g}, got {text}")
+        return value
+
+    return parse
+
+
+def port(text: str) -> int:
+    value = number_at_least(int, 0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {text}")
+    return int(value)
+
+
+POSITIVE_INT = number_at_least(int, 1)
+NON_NEGATIVE_INT = number_at_least(int, 0)
+POSITIVE_FLOAT = number_at_least(float, 0, exclusive=True)
