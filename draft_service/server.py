@@ -19,6 +19,7 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from model_runtime.service_main import run_service
+from plumbing.arg_types import port
 from plumbing.compute_thread import ComputeThread
 from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
@@ -75,7 +76,7 @@ class DraftConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50071)
+    parser.add_argument("--port", type=port, default=50071, help="0: a free one, logged")
     parser.add_argument(
         "--method",
         default="ngram",

@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from plumbing.arg_types import port
 from router import telemetry
 from router.metrics import RouterMetrics
 from router.openai_api.app import KeyChecker, OpenAIServer
@@ -25,7 +26,7 @@ log = logging.getLogger("splitspec.router")
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-port",
-        type=int,
+        type=port,
         default=0,
         help="port of the OpenAI-compatible HTTP API and /metrics on --host (0: off)",
     )

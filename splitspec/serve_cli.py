@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from model_runtime.config import DTYPE_CHOICES
+from plumbing import arg_types
 from splitspec import cpu_wake
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it
@@ -201,10 +202,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="target's batch-invariant numerics (CPU fp32; CUDA bf16/fp32): a "
                    "token's logits have the same bits in a decode, a prefill or a verify (see "
                    "the target's --exact)")
-    p.add_argument("--port", type=int, default=ROUTER_PORT,
+    p.add_argument("--port", type=arg_types.port, default=ROUTER_PORT,
                    help="port of the router's public gRPC API on 127.0.0.1 (`splitspec "
                    "generate`'s default address; 0: a free port, printed)")
-    p.add_argument("--http-port", type=int, default=0,
+    p.add_argument("--http-port", type=arg_types.port, default=0,
                    help="port of the router's OpenAI-compatible HTTP API and /metrics "
                    "(0: a free port, printed)")
     p.add_argument(

@@ -9,6 +9,7 @@ import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path
+from plumbing.arg_types import port
 from plumbing.paths import default_cache_dir
 from target_service.config import (
     ATTENTION_BACKENDS,
@@ -20,7 +21,7 @@ from target_service.config import (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50061)
+    parser.add_argument("--port", type=port, default=50061, help="0: a free one, logged")
     parser.add_argument(
         "--model",
         type=Path,
