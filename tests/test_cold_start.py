@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,16 @@ pytestmark = pytest.mark.slow
 SERVE_TIMEOUT_S = 600
 KERNEL_BUILDS = few_row_linear.unavailable_reason() is None
 EAGLE = ["--method", "eagle", "--device", "cpu", "--threads", "1"]
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[Path]:
+    """An empty cache folder, removed after the test: each one fills to ~540 MB (the converted
+    model), and pytest keeps tmp_path folders until the run ends, on a CI disk that can be short
+    (one CI run ran out of space while building its images)."""
+    folder = tmp_path / "cache"
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def splitspec_command() -> list[str]:
@@ -77,11 +89,10 @@ class Demo:
     serve_pid: int
 
 
-def demo_beside_a_second_stack(tmp_path: Path) -> Demo:
+def demo_beside_a_second_stack(tmp_path: Path, cache: Path) -> Demo:
     """`splitspec serve --demo` and a second stack (target + EAGLE drafter) spawned at the same
     moment on one empty cache; the second answers the demo's request as soon as it is up (serve
     starts its services only after its prepare step, so usually before the demo runs)."""
-    cache = tmp_path / "cache"
     second = start_stack(cache, tmp_path / "logs")
     env = {**os.environ, "SPLITSPEC_CACHE": str(cache)}
     # Files, not pipes: nobody reads serve's output until the second stack has answered.
@@ -107,13 +118,13 @@ def demo_beside_a_second_stack(tmp_path: Path) -> Demo:
 
 
 def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_stack(
-    tmp_path: Path,
+    tmp_path: Path, cache: Path
 ) -> None:
     """The README's command as a new user meets it, while another stack starts on the same
     empty cache: the model is converted and the kernel built once, by one of the processes that
     need them (serve's prepare step, or the second stack's target or drafter), the others wait,
     and both stacks serve the same greedy output."""
-    demo = demo_beside_a_second_stack(tmp_path)
+    demo = demo_beside_a_second_stack(tmp_path, cache)
     out = demo.out
     assert demo.returncode == 0, out + demo.err
     assert "model: converting" in out and "done in" in out
@@ -143,11 +154,12 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     assert logs.count("converting SmolLM2-135M-Instruct.Q4_1.gguf: done in") == 1, logs
     if KERNEL_BUILDS:
         assert logs.count("building the few-row kernel: done in") == 1, logs
-    assert leftovers(tmp_path / "cache") == []
+    assert leftovers(cache) == []
 
 
-def test_a_conversion_killed_half_way_then_a_start_that_succeeds(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+def test_a_conversion_killed_half_way_then_a_start_that_succeeds(
+    tmp_path: Path, cache: Path
+) -> None:
     convert = (
         "from model_runtime.loading import default_model_path, resolve_checkpoint; "
         f"resolve_checkpoint(default_model_path(), __import__('pathlib').Path({str(cache)!r}))"
