@@ -19,7 +19,7 @@ from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
 from model_runtime.service_main import run_service
-from plumbing.arg_types import port
+from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, TREE_TOKENS, port
 from plumbing.compute_thread import ComputeThread
 from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
@@ -84,9 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scripted and recording are for tests only",
     )
     tree = "default by device: 5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA"
-    parser.add_argument("--num-steps", type=int, help=f"tree depth (draft steps); {tree}")
-    parser.add_argument("--topk", type=int, help=f"children expanded per node; {tree}")
-    parser.add_argument("--num-draft-tokens", type=int, help=f"most nodes, root included; {tree}")
+    parser.add_argument("--num-steps", type=POSITIVE_INT, help=f"tree depth (draft steps); {tree}")
+    parser.add_argument("--topk", type=POSITIVE_INT, help=f"children expanded per node; {tree}")
+    parser.add_argument(
+        "--num-draft-tokens", type=TREE_TOKENS, help=f"most nodes, root included; {tree}"
+    )
     parser.add_argument(
         "--device", default=None, help="default: cuda when available for eagle, else cpu"
     )
@@ -120,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=0,
         help="torch CPU threads (0: torch's default, all cores). At batch 1 the target and "
         "the drafter take turns; on a 2-core CPU two draft threads cut a draft round from "

@@ -39,3 +39,4 @@ def port(text: str) -> int:
 POSITIVE_INT = number_at_least(int, 1)
 NON_NEGATIVE_INT = number_at_least(int, 0)
 POSITIVE_FLOAT = number_at_least(float, 0, exclusive=True)
+TREE_TOKENS = number_at_least(int, 2)  # a draft tree's nodes: the root and at least one draft

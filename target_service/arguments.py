@@ -9,7 +9,7 @@ import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path
-from plumbing.arg_types import port
+from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, port
 from plumbing.paths import default_cache_dir
 from target_service.config import (
     ATTENTION_BACKENDS,
@@ -36,11 +36,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=DTYPE_CHOICES,
         help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
     )
-    parser.add_argument("--num-slots", type=int, default=32768, help="KV pool size in tokens")
-    parser.add_argument("--max-requests", type=int, default=256)
-    parser.add_argument("--max-batch-tokens", type=int, default=4096)
-    parser.add_argument("--max-context", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--num-slots", type=POSITIVE_INT, default=32768, help="KV pool size in tokens"
+    )
+    parser.add_argument(
+        "--max-requests", type=POSITIVE_INT, default=256, help="requests with live state at once"
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=POSITIVE_INT,
+        default=4096,
+        help="most tokens one forward carries",
+    )
+    parser.add_argument(
+        "--max-context",
+        type=POSITIVE_INT,
+        default=8192,
+        help="longest context in tokens (capped by the model's positions)",
+    )
+    parser.add_argument(
+        "--threads", type=NON_NEGATIVE_INT, default=0, help="torch threads (0: default)"
+    )
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument(
         "--no-prepack",
@@ -81,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-tree-tokens",
-        type=int,
+        type=POSITIVE_INT,
         default=64,
         help="most nodes (root included) of one verified tree; advertised to the router, which "
         "cuts its trees to it; larger trees are refused",
@@ -114,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--decode-steps",
-        type=int,
+        type=POSITIVE_INT,
         default=None,
         help="most decode steps one Forward may run back to back (multi-step decoding, "
         "advertised to the router; 1: off). Default: 8 on CUDA, where the router's and the "

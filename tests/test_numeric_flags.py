@@ -1,0 +1,92 @@
+"""Every service's numeric flags refuse values it cannot run with, as usage errors naming the
+flag (before this, `router --max-running 0` started a router that never ran a request, and
+`serve --demo-tokens 0` or `serve --num-steps 0` failed only after the services had started)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import pytest
+
+from draft_service import server as draft_server
+from router import arguments as router_arguments
+from splitspec.serve_cli import add_serve_parser
+from target_service import arguments as target_arguments
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="splitspec")
+    sub = top.add_subparsers(dest="command")
+    add_serve_parser(sub)
+    return sub.choices["serve"]
+
+
+def service_parser(add_arguments: Callable[[argparse.ArgumentParser], None]) -> Callable:
+    def make() -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return parser
+
+    return make
+
+
+PARSERS = {
+    "router": service_parser(router_arguments.add_arguments),
+    "target": service_parser(target_arguments.add_arguments),
+    "draft": service_parser(draft_server.add_arguments),
+    "serve": serve_parser,
+}
+
+
+def parse(command: str, *argv: str) -> argparse.Namespace:
+    return PARSERS[command]().parse_args(list(argv))
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value", "says"),
+    [
+        ("router", "--max-running", "0", "must be >= 1, got 0"),
+        ("router", "--max-queue", "-3", "must be >= 1, got -3"),
+        ("router", "--max-step-tokens", "1.5", "not an integer: '1.5'"),
+        ("router", "--max-tree-tokens", "0", "must be >= 1, got 0"),
+        ("router", "--rpc-timeout", "0", "must be > 0, got 0"),
+        ("router", "--draft-timeout", "-1", "must be > 0, got -1"),
+        ("router", "--target-wait-s", "nan", "not a number: 'nan'"),
+        ("router", "--decode-steps", "-1", "must be >= 0, got -1"),
+        ("router", "--port", "65536", "a port is 0-65535, got 65536"),
+        ("target", "--num-slots", "0", "must be >= 1, got 0"),
+        ("target", "--max-context", "-8", "must be >= 1, got -8"),
+        ("target", "--threads", "-1", "must be >= 0, got -1"),
+        ("target", "--decode-steps", "0", "must be >= 1, got 0"),
+        ("draft", "--num-steps", "0", "must be >= 1, got 0"),
+        ("draft", "--num-draft-tokens", "1", "must be >= 2, got 1"),
+        ("draft", "--threads", "two", "not an integer: 'two'"),
+        ("serve", "--num-draft-replicas", "-1", "must be >= 0, got -1"),
+        ("serve", "--demo-tokens", "0", "must be >= 1, got 0"),
+        ("serve", "--start-timeout", "0", "must be > 0, got 0"),
+        ("serve", "--topk", "-2", "must be >= 1, got -2"),
+        ("serve", "--num-slots", "0", "must be >= 1, got 0"),
+    ],
+)
+def test_a_value_out_of_range_is_a_usage_error_naming_the_flag(
+    command: str, flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parse(command, flag, value)
+    assert stopped.value.code == 2
+    assert f"error: argument {flag}: {says}" in capsys.readouterr().err
+
+
+def test_router_values_in_range_parse_to_numbers() -> None:
+    args = parse("router", "--max-running", "1", "--rpc-timeout", "0.5", "--decode-steps", "0",
+                 "--port", "0", "--max-speculative-batch", "0")  # fmt: skip
+    assert (args.max_running, args.rpc_timeout, args.decode_steps, args.port) == (1, 0.5, 0, 0)
+    assert args.max_speculative_batch == 0
+
+
+def test_serve_values_in_range_parse_to_numbers() -> None:
+    args = parse("serve", "--num-draft-replicas", "0", "--demo-tokens", "1", "--start-timeout",
+                 "0.5", "--num-draft-tokens", "2", "--draft-threads", "0")  # fmt: skip
+    assert (args.num_draft_replicas, args.demo_tokens, args.start_timeout) == (0, 1, 0.5)
+    assert (args.num_draft_tokens, args.draft_threads) == (2, 0)
