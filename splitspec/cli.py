@@ -13,7 +13,7 @@ from splitspec.train_cli import add_train_parser
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from splitspec.client import build_request, print_generation
+    from splitspec.client import build_request, describe_rpc_error, print_generation
 
     speculate = None if args.speculate is None else args.speculate == "on"
     request = build_request(
@@ -23,22 +23,12 @@ def _generate(args: argparse.Namespace) -> int:
     try:
         print_generation(args.address, request)
     except grpc.RpcError as err:
-        print(f"\nerror: {_rpc_error(err, args.address)}", file=sys.stderr)
+        print(f"\nerror: {describe_rpc_error(err, args.address)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the channel closed on the way out: the router aborts the request
         print("\ninterrupted", file=sys.stderr)
         return 130
     return 0
-
-
-def _rpc_error(err: grpc.RpcError, address: str) -> str:
-    """One line for a failed Generate: the status and the router's message, or where no
-    router answered."""
-    code, details = err.code(), err.details() or ""
-    if code.name == "UNAVAILABLE" and "connect" in details:
-        return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
-                "or pass --address")  # fmt: skip
-    return f"{code.name}: {details}"
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:

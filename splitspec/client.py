@@ -118,6 +118,16 @@ def build_request(
     return req
 
 
+def describe_rpc_error(err: grpc.RpcError, address: str) -> str:
+    """One line for a failed Generate: the status and the router's message, or where no
+    router answered."""
+    code, details = err.code(), err.details() or ""
+    if code.name == "UNAVAILABLE" and "connect" in details:
+        return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
+                "or pass --address")  # fmt: skip
+    return f"{code.name}: {details}"
+
+
 def print_generation(
     address: str, request: pb.GenerateRequest, out: TextIO = sys.stdout
 ) -> GenerationResult:

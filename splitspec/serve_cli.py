@@ -24,8 +24,6 @@ ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from splitspec.client import build_request, print_generation
-
     problem = _busy_port(args) or _device_problem(args.device)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -43,11 +41,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     try:
         _print_endpoints(stack, args)
-        if args.demo:
-            print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
-            print_generation(
-                stack.router_address, build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
-            )
+        if args.demo and not _demo(stack.router_address, args):
+            return 1
         if args.exit_after_demo:
             return 0
         print("\nserving; Ctrl-C stops every service", flush=True)
@@ -60,6 +55,24 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _demo(address: str, args: argparse.Namespace) -> bool:
+    """Streams the demo's generation; a refused request (a prompt past --max-context, say) is
+    one line on stderr, and the stack stops."""
+    import grpc
+
+    from splitspec.client import build_request, describe_rpc_error, print_generation
+
+    print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
+    request = build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
+    try:
+        print_generation(address, request)
+    except grpc.RpcError as err:
+        print(f"\nerror: the demo's request failed: {describe_rpc_error(err, address)}",
+              file=sys.stderr)  # fmt: skip
+        return False
+    return True
 
 
 def _local_stack(args: argparse.Namespace) -> LocalStack:

@@ -1,8 +1,10 @@
-"""`splitspec generate` against a real router: the stream and its summary, and one line, not a
-traceback, for a refused request or a router that is not there."""
+"""`splitspec generate` (and `splitspec serve --demo`) against a real router: the stream and
+its summary, and one line, not a traceback, for a refused request or a router that is not
+there."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from splitspec import serve_cli
 from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.spec_fixtures import start_stack, tiny_model_dir_fixture  # noqa: F401
 
@@ -72,3 +75,16 @@ def test_sampling_flags_and_stop_reach_the_request(stack: LocalStack) -> None:
     stopped = generate(*ask, "--stop", "never-there", "--stop", stop)
     assert "finish stop" in stopped.stdout, stopped.stdout
     assert stop not in reply_of(stopped) and text.startswith(reply_of(stopped))
+
+
+def test_a_refused_demo_request_is_one_line(
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`splitspec serve --demo` with a prompt the router refuses (longer than the context): one
+    line with the status, no traceback, and serve stops its stack (exit 1)."""
+    args = argparse.Namespace(demo_prompt="sky " * 20000, demo_tokens=8)
+    assert not serve_cli._demo(stack.router_address, args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the demo's request failed: INVALID_ARGUMENT: prompt has ")
+    assert "the context holds" in lines[0]
