@@ -16,8 +16,9 @@ def _generate(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, describe_rpc_error, print_generation
 
     speculate = None if args.speculate is None else args.speculate == "on"
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     request = build_request(
-        args.prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
+        prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop,
     )  # fmt: skip
     try:
@@ -33,7 +34,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="stream a completion from a running router")
-    p.add_argument("prompt", help="a chat message (or raw text with --raw)")
+    p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
     p.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
                    help="the router's public gRPC API (`splitspec serve` listens here by default)")
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -5,6 +5,7 @@ there."""
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,3 +89,16 @@ def test_a_refused_demo_request_is_one_line(
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: the demo's request failed: INVALID_ARGUMENT: prompt has ")
     assert "the context holds" in lines[0]
+
+
+def test_a_prompt_of_dash_is_read_from_stdin(stack: LocalStack) -> None:
+    ask = ["--max-new-tokens", "6", "--raw"]
+    piped = subprocess.run(
+        [sys.executable, "-m", "splitspec.cli", "generate", "--address", stack.router_address,
+         "-", *ask],
+        input="Say hello.", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    direct = generate(stack.router_address, "Say hello.", *ask)
+    assert reply_of(piped) == reply_of(direct)
+    prompt_size = re.compile(r"\| prompt (\d+) ")  # the summary's prompt tokens: "-" is one
+    assert prompt_size.findall(piped.stdout) == prompt_size.findall(direct.stdout) != ["1"]
