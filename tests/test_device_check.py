@@ -59,5 +59,5 @@ def test_a_target_setting_out_of_range_is_a_usage_error(commands: Commands) -> N
     done = commands.result("slots")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last == "splitspec target: error: num_slots must be positive"
+    assert last == "splitspec target: error: argument --num-slots: must be >= 1, got 0"
     assert "Traceback" not in done.stderr
