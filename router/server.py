@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -15,6 +16,7 @@ from plumbing.grpc_util import (
     bind_or_exit,
 )
 from plumbing.lifecycle import die_with_parent_if_asked
+from plumbing.security import ClientTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
 from router import admission, auth, secure, shutdown
@@ -59,6 +61,74 @@ def model_info(
     )
 
 
+def fit_to_target(config: RouterConfig, info: target_pb2.TargetInfo) -> RouterConfig:
+    """The config with the limits the target cannot meet lowered to the target's, with a warning."""
+    if config.max_step_tokens > info.max_batch_tokens:
+        log.warning(
+            "--max-step-tokens %d lowered to the target's max_batch_tokens %d",
+            config.max_step_tokens,
+            info.max_batch_tokens,
+        )
+        config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
+    if info.max_tree_tokens and config.max_tree_tokens > info.max_tree_tokens:
+        log.warning(
+            "--max-tree-tokens %d lowered to the target's max_tree_tokens %d",
+            config.max_tree_tokens,
+            info.max_tree_tokens,
+        )
+        config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
+    return dataclasses.replace(config, decode_steps=capped_steps(config.decode_steps, info))
+
+
+def kv_factory(config: RouterConfig) -> Callable[[int], KVManager]:
+    """Builds the KV bookkeeping for a target of ``num_slots`` (again when a target comes back
+    with another pool)."""
+    drafts = config.draft_addresses or config.draft_dns
+    lookahead = config.max_tree_tokens if drafts else 0
+
+    def fresh_kv(num_slots: int) -> KVManager:
+        allocator = SlotAllocator(num_slots)
+        retract = config.kv_policy == "retract"
+        return KVManager(RadixCache(allocator), config.reserve_block, lookahead, retract)
+
+    return fresh_kv
+
+
+def build_speculation(
+    config: RouterConfig,
+    info: target_pb2.TargetInfo,
+    target: TargetClient,
+    kv: KVManager,
+    tls: ClientTLS | None,
+) -> Speculation:
+    pool = DraftPool(
+        list(config.draft_addresses), config.draft_timeout_s, tls=tls,
+        deadline_floor_s=config.draft_deadline_floor_s, max_tree_tokens=config.max_tree_tokens,
+    )  # fmt: skip
+    return Speculation(
+        pool,
+        target,
+        kv,
+        default_on=config.speculate_by_default,
+        max_tree_tokens=config.max_tree_tokens,
+        vocab_size=info.vocab_size,
+        max_context=info.max_context_length,
+        max_verify_tokens=info.max_batch_tokens,
+        max_catch_up_per_step=config.max_catch_up_per_step,
+    )
+
+
+def public_server(
+    security: secure.RouterSecurity, admit: AdmissionLimits, servicer: GenerationServicer
+) -> grpc.aio.Server:
+    server = grpc.aio.server(
+        options=admission.public_server_options(SERVER_OPTIONS, admit),
+        interceptors=auth.interceptors(security.api_key),
+    )
+    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
+    return server
+
+
 async def serve(
     config: RouterConfig,
     security: secure.RouterSecurity | None = None,
@@ -70,82 +140,53 @@ async def serve(
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
     target = TargetClient(config.target_address, config.rpc_timeout_s, tls)
     info = await target.info()
-    if config.max_step_tokens > info.max_batch_tokens:
-        log.warning("--max-step-tokens %d lowered to the target's max_batch_tokens %d",
-                    config.max_step_tokens, info.max_batch_tokens)
-        config = dataclasses.replace(config, max_step_tokens=info.max_batch_tokens)
-    if info.max_tree_tokens and config.max_tree_tokens > info.max_tree_tokens:
-        log.warning("--max-tree-tokens %d lowered to the target's max_tree_tokens %d",
-                    config.max_tree_tokens, info.max_tree_tokens)
-        config = dataclasses.replace(config, max_tree_tokens=info.max_tree_tokens)
     router_decode_steps = config.decode_steps
-    config = dataclasses.replace(config, decode_steps=capped_steps(config.decode_steps, info))
-    drafts = config.draft_addresses or config.draft_dns
-    lookahead = config.max_tree_tokens if drafts else 0
-
-    def fresh_kv(num_slots: int) -> KVManager:
-        allocator = SlotAllocator(num_slots)
-        retract = config.kv_policy == "retract"
-        return KVManager(RadixCache(allocator), config.reserve_block, lookahead, retract)
-
+    config = fit_to_target(config, info)
+    fresh_kv = kv_factory(config)
     kv = fresh_kv(info.num_slots)
-    pool = DraftPool(
-        list(config.draft_addresses), config.draft_timeout_s, tls=tls,
-        deadline_floor_s=config.draft_deadline_floor_s, max_tree_tokens=config.max_tree_tokens,
-    )  # fmt: skip
-    discoveries = [DraftDiscovery(pool, n, config.draft_dns_interval_s) for n in config.draft_dns]
-    spec = Speculation(
-        pool,
-        target,
-        kv,
-        default_on=config.speculate_by_default,
-        max_tree_tokens=config.max_tree_tokens,
-        vocab_size=info.vocab_size,
-        max_context=info.max_context_length,
-        max_verify_tokens=info.max_batch_tokens,
-        max_catch_up_per_step=config.max_catch_up_per_step,
-    )
+    spec = build_speculation(config, info, target, kv, tls)
+    interval = config.draft_dns_interval_s
+    discoveries = [DraftDiscovery(spec.pool, name, interval) for name in config.draft_dns]
     scheduler = Scheduler(config, tokenizer, target, kv, spec)
-    limits = Limits(
-        info.vocab_size,
-        info.max_context_length,
-        config.max_new_tokens_limit,
-        config.default_max_new_tokens,
-    )
-    server = grpc.aio.server(
-        options=admission.public_server_options(SERVER_OPTIONS, admit),
-        interceptors=auth.interceptors(security.api_key),
-    )
+    limits = Limits(info.vocab_size, info.max_context_length,
+                    config.max_new_tokens_limit, config.default_max_new_tokens)  # fmt: skip
     servicer = GenerationServicer(
         scheduler, limits, model_info(info, tokenizer, config), admit, discoveries
     )
-    generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
+    server = public_server(security, admit, servicer)
     health = await add_health_and_reflection_aio(server, [SERVICE_NAME])
     contract = TargetContract(
         info, config.max_step_tokens, config.max_tree_tokens, router_decode_steps, fresh_kv
     )
     watch = TargetWatch(scheduler, target, health, [SERVICE_NAME], contract)
-    address = f"{config.host}:{config.port}"
-    address = bind_or_exit(server, address, security.public_tls, "router")
+    address = bind_or_exit(server, f"{config.host}:{config.port}", security.public_tls, "router")
     await server.start()
     drained = shutdown.install(server, scheduler, health, [SERVICE_NAME])
-    log.info(
-        "router serving on %s (target %s, %d slots)", address, config.target_address, info.num_slots
-    )
+    log.info("router serving on %s (target %s, %d slots)",
+             address, config.target_address, info.num_slots)  # fmt: skip
     tasks = {
         asyncio.create_task(scheduler.run()),
-        asyncio.create_task(pool.probe_forever()),
+        asyncio.create_task(spec.pool.probe_forever()),
         asyncio.create_task(watch.run()),
         asyncio.create_task(drained.wait()),  # SIGTERM: drain, then return
         asyncio.create_task(server.wait_for_termination()),
-        *start_http(servicer, config.host, config.http_port,
-                    config.served_model_name or info.model_name,
-                    key_checker=auth.key_checker(security.api_key)),
+        *start_http(
+            servicer,
+            config.host,
+            config.http_port,
+            config.served_model_name or info.model_name,
+            key_checker=auth.key_checker(security.api_key),
+        ),
         *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }
+    await first_to_end(tasks)
+
+
+async def first_to_end(tasks: set[asyncio.Task]) -> None:
+    """Returns when the first task ends (a drain, the server's end), re-raising its crash."""
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
-        task.result()  # re-raises a crash of the scheduler loop
+        task.result()
 
 
 def main(argv: list[str] | None = None) -> None:
