@@ -17,6 +17,7 @@ from model_runtime.sampling import SamplingTensors, sample, sample_greedy_or_dra
 from target_service import penalties
 from target_service.admission import StepItem, StepLimits, VerifyItem, admit_step, admit_trees
 from target_service.config import TargetConfig
+from target_service.device_batch import DeviceBatch, build_device_batch
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.multi_step import run_decode_steps
@@ -44,21 +45,6 @@ class VerifyStep(NamedTuple):
     results: list[VerifyResult]
     forward_ms: float
     device_ms: float
-
-
-@dataclass
-class DeviceBatch:
-    """Host-built index tensors of a step, moved to the device in one go."""
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    rows: torch.Tensor  # [B] slot-table row of each request
-    token_rows: torch.Tensor  # [T] slot-table row of each token
-    start_pos: torch.Tensor  # [B]
-    num_new: torch.Tensor  # [B]
-    sample_index: torch.Tensor  # [R] token index whose logits are sampled
-    max_new: int
-    max_context: int
 
 
 class TargetEngine:
@@ -93,7 +79,7 @@ class TargetEngine:
         K ids per item, item-major."""
         started = time.perf_counter()
         states = admit_step(self.table, self.limits, items, decode_steps)
-        batch = self._device_batch(items, states)
+        batch = build_device_batch(items, states, self.device)
         with torch.inference_mode():
             if decode_steps > 1:
                 next_ids = run_decode_steps(self, batch, states, decode_steps)
@@ -200,41 +186,6 @@ class TargetEngine:
         return sum(self.table.release(rid) for rid in request_ids)
 
     # ---- the step -----------------------------------------------------------------------
-
-    def _device_batch(self, items: list[StepItem], states: list[RequestState]) -> DeviceBatch:
-        input_ids: list[int] = []
-        positions: list[int] = []
-        token_rows: list[int] = []
-        sample_index: list[int] = []
-        for item, state in zip(items, states, strict=True):
-            n = len(item.token_ids)
-            input_ids += item.token_ids
-            positions += range(item.start_pos, item.start_pos + n)
-            token_rows += [state.row] * n
-            if item.sample:
-                sample_index.append(len(input_ids) - 1)
-        starts = [it.start_pos for it in items]
-        num_new = [len(it.token_ids) for it in items]
-        as_tensor = self._host_tensors
-        return DeviceBatch(
-            *as_tensor(
-                input_ids,
-                positions,
-                [s.row for s in states],
-                token_rows,
-                starts,
-                num_new,
-                sample_index,
-            ),
-            max_new=max(num_new),
-            max_context=max(s + n for s, n in zip(starts, num_new, strict=True)),
-        )
-
-    def _host_tensors(self, *lists: list[int]) -> list[torch.Tensor]:
-        # One host->device copy for all index lists.
-        sizes = [len(x) for x in lists]
-        flat = torch.tensor([v for x in lists for v in x], dtype=torch.int64)
-        return list(flat.to(self.device, non_blocking=True).split(sizes))
 
     def _run(self, batch: DeviceBatch, sampled: list[RequestState]) -> list[int]:
         hidden = self._forward_tokens(batch)

@@ -23,7 +23,8 @@ import torch
 from target_service.request_table import RequestState
 
 if TYPE_CHECKING:
-    from target_service.engine import DeviceBatch, TargetEngine
+    from target_service.device_batch import DeviceBatch
+    from target_service.engine import TargetEngine
 
 
 def run_decode_steps(
