@@ -17,6 +17,7 @@ import torch
 
 from draft_service.drafter import ContextChunk, ContextMismatch, Drafter, TreeShape
 from draft_service.eagle.append_graphs import AppendGraphRunner
+from draft_service.eagle.eager_append import run_pairs_eagerly
 from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool, DraftPoolFull
 from draft_service.eagle.request_state import PairWork, RequestState, new_pairs, num_rows
@@ -24,19 +25,9 @@ from draft_service.eagle.rows import DraftRows
 from draft_service.eagle.search_graphs import Proposals, SearchGraphRunner
 from draft_service.eagle.tree_search import SearchInputs, rerank, search_tree
 from draft_service.tree_types import DraftTree
-from model_runtime.attention import build_metadata
 from model_runtime.device_clock import DeviceClock
 
-__all__ = ["DraftPoolFull", "EagleDrafter", "eager_bucket"]
-
-
-def eager_bucket(num_pairs: int) -> int:
-    """The pairs an eager append runs on CUDA: the next power of two, at least 16. Its padding
-    pairs (the request table's padding row, writing the dummy slot) keep the matmuls to a few
-    shapes, warmed up at start-up (factory.py): cuBLAS plans each new shape on the host. On
-    the H200 (torch's profiler, 2026-12-03) the 7 matmuls of a 77-pair append of a new length
-    took 3.9 ms of host time for 0.15 ms of device time in the whole append."""
-    return max(16, 1 << (num_pairs - 1).bit_length())
+__all__ = ["DraftPoolFull", "EagleDrafter"]
 
 
 class EagleDrafter(Drafter):
@@ -227,44 +218,11 @@ class EagleDrafter(Drafter):
             runner.run([new_pairs(w) for w in work])
         else:
             with self.clock.region():
-                self._run_pairs_eagerly(work)
+                pad = self.pad_eager_appends
+                run_pairs_eagerly(self.head, self.pool, self.rows, work, pad_to_bucket=pad)
         for w in work:
             w.state.pending = w.state.pending[w.count :]
             w.state.slots.extend(w.slots)
-
-    def _run_pairs_eagerly(self, work: list[PairWork]) -> None:
-        # Pair t reads token t + 1; token ids, positions, write slots and table rows travel
-        # in one copy. On CUDA the pairs are padded to a bucket (eager_bucket).
-        num_pairs = sum(w.count for w in work)
-        pad = eager_bucket(num_pairs) - num_pairs if self.pad_eager_appends else 0
-        pad_row = self.rows.pad_row
-        per_token = torch.tensor(
-            [
-                [t for w in work for t in w.state.token_ids[w.start + 1 : w.start + w.count + 1]]
-                + [0] * pad,
-                [p for w in work for p in range(w.start, w.start + w.count)] + list(range(pad)),
-                [s for w in work for s in w.slots] + [self.pool.dummy_slot] * pad,
-                [w.state.row for w in work for _ in range(w.count)] + [pad_row] * pad,
-            ],
-            dtype=torch.long,
-        ).to(self.device)
-        self.rows.slots.index_put_((per_token[3], per_token[1]), per_token[2])
-        requests = [[w.start, w.count, w.state.row] for w in work]
-        requests += [[0, pad, pad_row]] if pad else []
-        per_request = torch.tensor(requests).to(self.device)
-        longest = max(start + count for start, count, _ in requests)
-        meta = build_metadata(
-            write_slots=per_token[2],
-            key_slots=self.rows.slots[per_request[:, 2], :longest],
-            start_pos=per_request[:, 0],
-            num_new=per_request[:, 1],
-            num_query=max(count for _, count, _ in requests),
-        )
-        rows = [w.state.pending[: w.count] for w in work]
-        hidden = torch.cat(rows + [rows[0].new_zeros(pad, rows[0].shape[1])]).to(self.device)
-        out = self.head(per_token[0], hidden, per_token[1], self.pool.kv, meta)
-        ends = per_request[:, 1].cumsum(0) - 1
-        self.rows.features.index_copy_(0, per_request[:, 2], out[ends])
 
     # ---- propose ----------------------------------------------------------------------------
 
