@@ -136,38 +136,22 @@ class LocalStack:
             for i, (port, args) in enumerate(zip(draft_ports, draft_args, strict=True))
         ]
         router_args = [*router_args, *(a for d in self.drafts for a in ("--draft", d.address))]
-        self.target_address = f"{host}:{target_port}"
-        self.router_address = f"{host}:{router_port}"
-        self.target = ServiceProcess(
-            "target",
-            python_module(
-                "target_service", "--host", host, "--port", str(target_port), *target_args
-            ),
-            self.target_address,
-            self._log("target"),
+        self.target = self._service("target", "target_service", target_port, target_args)
+        self.router = self._service(
+            "router", "router", router_port, ["--target", self.target.address, *router_args]
         )
-        self.router = ServiceProcess(
-            "router",
-            python_module(
-                "router",
-                "--host",
-                host,
-                "--port",
-                str(router_port),
-                "--target",
-                self.target_address,
-                *router_args,
-            ),
-            self.router_address,
-            self._log("router"),
-        )
+        self.target_address, self.router_address = self.target.address, self.router.address
 
     def _draft(self, index: int, port: int, args: list[str]) -> ServiceProcess:
+        return self._service(f"draft-{index}", "draft_service", port, args)
+
+    def _service(self, name: str, module: str, port: int, args: list[str]) -> ServiceProcess:
+        """``python -m module`` on ``self.host:port``, logging to the stack's log dir."""
         return ServiceProcess(
-            f"draft-{index}",
-            python_module("draft_service", "--host", self.host, "--port", str(port), *args),
+            name,
+            python_module(module, "--host", self.host, "--port", str(port), *args),
             f"{self.host}:{port}",
-            self._log(f"draft-{index}"),
+            self._log(name),
         )
 
     def _log(self, name: str) -> Path | None:
