@@ -14,16 +14,12 @@ import contextlib
 import functools
 import random
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import grpc
-
-from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
-from protos import generation_pb2_grpc
 from router.tokenizer import Tokenizer
 from splitspec.launcher import LocalStack
+from tests.helpers import rpc
 from tests.helpers.rpc import Stream
 from tests.helpers.tiny_llama import (  # noqa: F401 (fixtures re-exported to the spec tests)
     oracle_head_dir_fixture,
@@ -32,7 +28,6 @@ from tests.helpers.tiny_llama import (  # noqa: F401 (fixtures re-exported to th
 
 START_TIMEOUT_S = 300.0
 GENERATE_TIMEOUT_S = 240.0
-UNARY_TIMEOUT_S = 10.0
 FP64 = ["--device", "cpu", "--dtype", "float64"]
 
 
@@ -93,32 +88,19 @@ def running_stack(
 # ---- the client ----------------------------------------------------------------------------
 
 
-class Router:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self.stub = generation_pb2_grpc.GenerationStub(self.channel)
-
-    def close(self) -> None:
-        self.channel.close()
+class Router(rpc.Router):
+    """The public API's client (tests/helpers/rpc.py) with the spec stacks' longer deadline for
+    a whole stream: their float64 steps on the tiny model are slow on a shared 2-core box."""
 
     def generate(
         self, request: pb.GenerateRequest, timeout_s: float = GENERATE_TIMEOUT_S
     ) -> Stream:
-        stream = Stream()
-        for item in self.stub.Generate(request, timeout=timeout_s):
-            stream.items.append(item)
-        return stream
+        return super().generate(request, timeout_s)
 
     def generate_many(
         self, requests: Sequence[pb.GenerateRequest], timeout_s: float = GENERATE_TIMEOUT_S
     ) -> list[Stream]:
-        """All at once, one thread each; streams in request order."""
-        with ThreadPoolExecutor(max_workers=max(1, len(requests))) as pool:
-            futures = [pool.submit(self.generate, r, timeout_s) for r in requests]
-            return [f.result() for f in futures]
-
-    def status(self) -> pb.ServerStatus:
-        return self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=UNARY_TIMEOUT_S)
+        return super().generate_many(requests, timeout_s)
 
 
 def ids_request(
