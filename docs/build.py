@@ -76,18 +76,37 @@ def _default(action: argparse.Action) -> str:
     return f"`{action.default}`"
 
 
-def parser_table(title: str, parser: argparse.ArgumentParser) -> str:
-    rows = ["| option | default | choices | what it does |", "|---|---|---|---|"]
-    for action in parser._actions:
+def _rows(actions: list[argparse.Action]) -> list[str]:
+    rows = []
+    for action in actions:
         if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
             continue
         name = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}` (positional)"
         choices = ", ".join(f"`{c}`" for c in action.choices) if action.choices else ""
         help_text = (action.help or "").replace("%(default)s", str(action.default))
         rows.append(f"| {name} | {_default(action)} | {choices} | {_cell(help_text)} |")
+    return rows
+
+
+def _table(rows: list[str]) -> str:
+    head = ["| option | default | choices | what it does |", "|---|---|---|---|"]
+    return "\n".join(head + rows) + "\n"
+
+
+def parser_table(title: str, parser: argparse.ArgumentParser) -> str:
+    """The parser's flags as its --help groups them: argparse's own groups (positional
+    arguments, options) first, then one table per named group."""
     description = (parser.description or "").strip().split("\n\n")[0]
-    intro = f"{_cell(description)}\n\n" if description else ""
-    return f"## `{title}`\n\n{intro}" + "\n".join(rows) + "\n"
+    parts = [f"## `{title}`\n"] + ([f"{_cell(description)}\n"] if description else [])
+    defaults = [parser._positionals, parser._optionals]
+    ungrouped = _rows([a for g in defaults for a in g._group_actions])
+    if ungrouped:
+        parts.append(_table(ungrouped))
+    for group in parser._action_groups:
+        rows = [] if group in defaults else _rows(group._group_actions)
+        if rows:
+            parts.append(f"### {group.title}\n\n" + _table(rows))
+    return "\n".join(parts)
 
 
 def config_markdown() -> str:

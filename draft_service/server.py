@@ -75,58 +75,74 @@ class DraftConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port, default=50071, help="0: a free one, logged")
-    parser.add_argument(
+    _add_endpoint_flags(parser.add_argument_group("endpoint"))
+    _add_drafter_flags(parser.add_argument_group("drafter"))
+    _add_device_flags(parser.add_argument_group("device"))
+    _add_test_drafter_flags(parser.add_argument_group("test drafters"))
+
+
+def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--host", default="127.0.0.1")
+    group.add_argument("--port", type=port, default=50071, help="0: a free one, logged")
+
+
+def _add_drafter_flags(group: argparse._ArgumentGroup) -> None:
+    tree = "default by device: 5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA"
+    group.add_argument(
         "--method",
         default="ngram",
         choices=METHODS,
         help="scripted and recording are for tests only",
     )
-    tree = "default by device: 5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA"
-    parser.add_argument("--num-steps", type=POSITIVE_INT, help=f"tree depth (draft steps); {tree}")
-    parser.add_argument("--topk", type=POSITIVE_INT, help=f"children expanded per node; {tree}")
-    parser.add_argument(
+    group.add_argument("--num-steps", type=POSITIVE_INT, help=f"tree depth (draft steps); {tree}")
+    group.add_argument("--topk", type=POSITIVE_INT, help=f"children expanded per node; {tree}")
+    group.add_argument(
         "--num-draft-tokens", type=TREE_TOKENS, help=f"most nodes, root included; {tree}"
     )
-    parser.add_argument(
+    group.add_argument("--model", type=Path, default=None, help="target model path (eagle)")
+    group.add_argument("--eagle-head", type=Path, default=None, help="EAGLE head folder (eagle)")
+
+
+def _add_device_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--device", default=None, help="default: cuda when available for eagle, else cpu"
     )
-    parser.add_argument(
+    group.add_argument(
         "--dtype",
         default="float32",
         choices=DTYPE_CHOICES,
         help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
     )
-    parser.add_argument("--model", type=Path, default=None, help="target model path (eagle)")
-    parser.add_argument("--eagle-head", type=Path, default=None, help="EAGLE head folder (eagle)")
-    parser.add_argument(
-        "--script",
-        type=Path,
-        default=None,
-        help="scripted: JSON list of token-id sequences to propose from",
-    )
-    parser.add_argument(
-        "--record-dir",
-        type=Path,
-        default=None,
-        help="recording: writes DIR/<request_id>.json on every update",
-    )
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument(
-        "--cuda-graphs",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
-        "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--threads",
         type=NON_NEGATIVE_INT,
         default=0,
         help="torch CPU threads (0: torch's default, all cores). At batch 1 the target and "
         "the drafter take turns; on a 2-core CPU two draft threads cut a draft round from "
         "~33 to ~30 ms",
+    )
+    group.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
+        "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
+    )
+    group.add_argument("--cache-dir", type=Path, default=None)
+
+
+def _add_test_drafter_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--script",
+        type=Path,
+        default=None,
+        help="scripted: JSON list of token-id sequences to propose from",
+    )
+    group.add_argument(
+        "--record-dir",
+        type=Path,
+        default=None,
+        help="recording: writes DIR/<request_id>.json on every update",
     )
 
 

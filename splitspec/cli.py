@@ -8,7 +8,8 @@ import sys
 
 import grpc
 
-from splitspec.serve_cli import ROUTER_PORT, add_serve_parser
+from splitspec.serve_cli import add_serve_parser
+from splitspec.serve_flags import ROUTER_PORT
 from splitspec.train_cli import add_train_parser
 
 

@@ -41,7 +41,7 @@ MODES = ("auto", "qos", "spin")
 _held: list[int] = []  # descriptors kept open for the life of the process
 
 
-def add_argument(parser: argparse.ArgumentParser) -> None:
+def add_argument(parser: argparse._ActionsContainer) -> None:
     parser.add_argument(
         "--keep-cpus-awake",
         nargs="?",

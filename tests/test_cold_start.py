@@ -27,7 +27,7 @@ import pytest
 from kernels import few_row_linear
 from splitspec.client import build_request
 from splitspec.launcher import LocalStack
-from splitspec.serve_cli import DEMO_PROMPT
+from splitspec.serve_flags import DEMO_PROMPT
 from tests.conftest import CPU_FP32
 from tests.helpers.mounts import tmpfs
 from tests.helpers.processes import started_by

@@ -29,6 +29,18 @@ def test_config_reference_covers_every_flag() -> None:
                     assert f"`{flag}`" in text, flag
 
 
+def test_service_flags_sit_in_named_groups() -> None:
+    """serve, router, target and draft have dozens of flags: --help (and docs/config.md) shows
+    them in named groups, and a flag added outside one would land in a bare "options" list."""
+    grouped = [(t, p) for t, p in build.parsers() if t.split()[1] in {"serve", "router",
+                                                                       "target", "draft"}]
+    assert len(grouped) == 4
+    for title, parser in grouped:
+        loose = [a.option_strings for a in parser._optionals._group_actions if a.dest != "help"]
+        assert loose == [], f"{title}: flags outside a named group: {loose}"
+        assert "### " in build.parser_table(title, parser), title
+
+
 def test_plots_render_from_committed_json(tmp_path: Path) -> None:
     written = render_all(tmp_path)
     assert len(written) >= 4

@@ -69,9 +69,9 @@ def attach_graphs(drafter: EagleDrafter) -> None:
 
 # The eager appends' buckets (eager_append.eager_bucket) run once at start-up: cuBLAS plans
 # each new matmul shape on the host, and Triton compiles or loads each new specialization of
-# its integer arguments on its first launch. On the H200 without a warm-up the first Ingest (46 tokens)
-# took 872 ms of the replica's own work; with one of 1, 16 and 23 pairs, 8 ms; with these
-# buckets (and the padding) an Ingest of 46-64 tokens took 5.2-6.7 ms (2026-12-03).
+# its integer arguments on its first launch. On the H200 without a warm-up the first Ingest
+# (46 tokens) took 872 ms of the replica's own work; with one of 1, 16 and 23 pairs, 8 ms; with
+# these buckets (and the padding) an Ingest of 46-64 tokens took 5.2-6.7 ms (2026-12-03).
 WARM_UP_BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
 
 
