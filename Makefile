@@ -28,7 +28,8 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/splitspec serve --demo $(RUN_ARGS)
 
-test: $(STAMP)
+# Lint first (a few seconds): a line past 100 columns or a router type error fails the run.
+test: lint
 	$(BIN)/python -m pytest tests -q --durations=40
 
 protos: $(STAMP)
