@@ -18,8 +18,8 @@ from draft_service.drafter import Drafter, TreeShape
 from draft_service.ngram_drafter import NgramContextDrafter
 from draft_service.servicer import DraftEngine, DraftServicer
 from model_runtime.config import DTYPE_CHOICES, DTYPES, resolve_dtype
-from model_runtime.service_main import run_service
-from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, TREE_TOKENS, port
+from model_runtime.service_main import add_endpoint_flags, run_service
+from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, TREE_TOKENS
 from plumbing.compute_thread import ComputeThread
 from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
@@ -75,15 +75,10 @@ class DraftConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_endpoint_flags(parser.add_argument_group("endpoint"))
+    add_endpoint_flags(parser, default_port=50071)
     _add_drafter_flags(parser.add_argument_group("drafter"))
     _add_device_flags(parser.add_argument_group("device"))
     _add_test_drafter_flags(parser.add_argument_group("test drafters"))
-
-
-def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--host", default="127.0.0.1")
-    group.add_argument("--port", type=port, default=50071, help="0: a free one, logged")
 
 
 def _add_drafter_flags(group: argparse._ArgumentGroup) -> None:

@@ -16,12 +16,20 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from model_runtime.cuda_setup import device_problem
+from plumbing.arg_types import port
 from plumbing.errors import StartupRefused
 from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 from splitspec import cpu_wake
 
 log = logging.getLogger("splitspec")
+
+
+def add_endpoint_flags(parser: argparse.ArgumentParser, default_port: int) -> None:
+    """A model service's --host and --port, first among its flag groups."""
+    group = parser.add_argument_group("endpoint")
+    group.add_argument("--host", default="127.0.0.1")
+    group.add_argument("--port", type=port, default=default_port, help="0: a free one, logged")
 
 
 def run_service(

@@ -9,7 +9,8 @@ import torch
 
 from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path
-from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, port
+from model_runtime.service_main import add_endpoint_flags
+from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT
 from plumbing.paths import default_cache_dir
 from target_service.config import (
     ATTENTION_BACKENDS,
@@ -20,15 +21,10 @@ from target_service.config import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_endpoint_flags(parser.add_argument_group("endpoint"))
+    add_endpoint_flags(parser, default_port=50061)
     _add_model_flags(parser.add_argument_group("model and device"))
     _add_capacity_flags(parser.add_argument_group("capacity"))
     _add_kernel_flags(parser.add_argument_group("kernels and graphs"))
-
-
-def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--host", default="127.0.0.1")
-    group.add_argument("--port", type=port, default=50061, help="0: a free one, logged")
 
 
 def _add_model_flags(group: argparse._ArgumentGroup) -> None:
