@@ -140,7 +140,14 @@ class LocalStack:
         self.router = self._service(
             "router", "router", router_port, ["--target", self.target.address, *router_args]
         )
-        self.target_address, self.router_address = self.target.address, self.router.address
+
+    @property
+    def target_address(self) -> str:
+        return self.target.address
+
+    @property
+    def router_address(self) -> str:
+        return self.router.address
 
     def _draft(self, index: int, port: int, args: list[str]) -> ServiceProcess:
         return self._service(f"draft-{index}", "draft_service", port, args)
