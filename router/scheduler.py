@@ -16,7 +16,7 @@ from functools import partial
 
 import grpc
 
-from protos import target_pb2
+from protos import draft_pb2, target_pb2
 from router import telemetry
 from router.commit import Commit
 from router.config import RouterConfig
@@ -45,6 +45,13 @@ class Planned:
     num_tokens: int
     sample: bool
     prefill: bool = False
+
+
+@dataclass
+class TargetReplies:
+    verify_items: list[target_pb2.VerifyItem]
+    forward: target_pb2.ForwardResponse | None
+    verify: target_pb2.VerifyResponse | None
 
 
 class Scheduler:
@@ -143,37 +150,47 @@ class Scheduler:
         # A target-only step right after a speculative one still waits for the Propose that
         # step sent ahead: the mode change's cost, like a catch-up, not target-only's rate.
         switched_off = not speculate and self.draft_ahead.out
+        trees = await self._trees(plan, speculate, clock)
+        plan, trees = await self.pressure.relieve(plan, trees)
+        plain = [p for p in plan if p.req.request_id not in trees]
+        verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
+        steps = self.multi_step.steps_for(self, plan, trees)  # K decode steps: router/multi_step.py
+        replies = await self._call_target(plan, plain, verify, steps, clock)
+        if replies is None:
+            return
+        done = await self._commit_replies(plain, verify, steps, replies)
+        await self._finish(done)
+        clean = not (caught_up or switched_off)
+        self._measure(plan, bool(trees), clock, emitted, clean=clean, started=started)
+
+    async def _trees(
+        self, plan: list[Planned], speculate: bool, clock: StepClock
+    ) -> dict[str, draft_pb2.DraftTree]:
+        """The step's draft trees (the Propose sent ahead last step, or one sent now)."""
         with clock.span("draft"):
             ready = [p.req for p in plan if not p.prefill]
             trees = await self.draft_ahead.trees(ready, speculate)
         if trees:  # read now: the next round's Propose may leave before this step ends
             clock.draft_compute_ms = self.spec.last_draft_compute_ms
             clock.draft_device_ms = self.spec.last_draft_device_ms
-        plan, trees = await self.pressure.relieve(plan, trees)
-        plain = [p for p in plan if p.req.request_id not in trees]
-        verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
-        steps = self.multi_step.steps_for(self, plan, trees)  # K decode steps: router/multi_step.py
-        forward_items = [decode_item(self.kv, p, steps) for p in plain]
-        verify_items = self.spec.verify_items(verify)
-        try:
-            with clock.span("target"):
-                forward_reply, verify_reply = await self._call_target(
-                    forward_items, verify_items, steps
-                )
-        except grpc.aio.AioRpcError as err:
-            await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
-            return
-        telemetry.target_replies(forward_reply, verify_reply)
+        return trees
+
+    async def _commit_replies(
+        self,
+        plain: list[Planned],
+        verify: list[tuple[Request, draft_pb2.DraftTree]],
+        steps: int,
+        replies: TargetReplies,
+    ) -> list[Request]:
+        """Sends the next round's Propose ahead (before the commit: it is the round's critical
+        path), then commits both replies; returns the requests that finished."""
+        forward_reply, verify_reply = replies.forward, replies.verify
         results = list(verify_reply.results) if verify_reply is not None else []
         if verify_reply is not None:
-            await self.draft_ahead.after_verify(verify, verify_items, results)
+            await self.draft_ahead.after_verify(verify, replies.verify_items, results)
         sampled = list(forward_reply.next_token_ids) if forward_reply else []
         done = self.commit.plain(plain, sampled, steps)
-        done += self.commit.verified(verify, verify_items, results)
-        clock.target_replied(forward_reply, verify_reply)
-        await self._finish(done)
-        clean = not (caught_up or switched_off)
-        self._measure(plan, bool(trees), clock, emitted, clean=clean, started=started)
+        return done + self.commit.verified(verify, replies.verify_items, results)
 
     def _measure(
         self,
@@ -228,12 +245,35 @@ class Scheduler:
 
     async def _call_target(
         self,
+        plan: list[Planned],
+        plain: list[Planned],
+        verify: list[tuple[Request, draft_pb2.DraftTree]],
+        steps: int,
+        clock: StepClock,
+    ) -> TargetReplies | None:
+        """The step's Forward and Verify; None when the target failed (the plan failed too)."""
+        forward_items = [decode_item(self.kv, p, steps) for p in plain]
+        verify_items = self.spec.verify_items(verify)
+        try:
+            with clock.span("target"):
+                forward_reply, verify_reply = await self._forward_and_verify(
+                    forward_items, verify_items, steps
+                )
+        except grpc.aio.AioRpcError as err:
+            await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
+            return None
+        telemetry.target_replies(forward_reply, verify_reply)
+        clock.target_replied(forward_reply, verify_reply)
+        return TargetReplies(verify_items, forward_reply, verify_reply)
+
+    async def _forward_and_verify(
+        self,
         forward_items: list[target_pb2.ForwardItem],
         verify_items: list[target_pb2.VerifyItem],
         steps: int,
     ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
-        """The step's Forward and Verify, together when it has both; a lone call is awaited
-        as it is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
+        """Forward and Verify together when the step has both; a lone call is awaited as it
+        is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
         forward = partial(self.target.forward, decode_steps=steps)
         if forward_items and verify_items:
             return await asyncio.gather(forward(forward_items), self.target.verify(verify_items))
