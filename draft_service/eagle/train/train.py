@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,8 +18,9 @@ from typing import Any
 import torch
 
 from draft_service.eagle.head import EagleHead
+from draft_service.eagle.train.batches import BatchOrder, feature_scale, make_batch
 from draft_service.eagle.train.collect import FeatureSet
-from draft_service.eagle.train.losses import Batch, LossWeights, compute_losses
+from draft_service.eagle.train.losses import LossWeights, compute_losses
 
 log = logging.getLogger("splitspec.train")
 CHECKPOINT = "checkpoint.pt"
@@ -69,64 +69,6 @@ def lr_factor(step: int, config: TrainConfig, total: int) -> float:
     progress = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
     cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
     return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine
-
-
-def feature_scale(data: FeatureSet, seed: int, num_rows: int = 200_000) -> torch.Tensor:
-    """Per-dimension std of the target's features (floored), for regression and noise."""
-    generator = torch.Generator().manual_seed(seed)
-    pick = torch.randint(0, data.num_tokens, (min(num_rows, data.num_tokens),), generator=generator)
-    std = data.features[pick.to(data.features.device)].float().std(0)
-    return std.clamp(min=0.1 * float(std.median()))
-
-
-class BatchOrder:
-    """Length-bucketed batches of sequence indices; a fresh shuffle per epoch, from the seed."""
-
-    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
-        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
-        self.epoch, self.index = 0, 0
-        self._batches = self._make(0)
-
-    def _make(self, epoch: int) -> list[list[int]]:
-        rng = random.Random(self.seed * 1_000_003 + epoch)
-        order = list(range(len(self.lengths)))
-        rng.shuffle(order)
-        chunk = self.batch_size * 32
-        batches = []
-        for start in range(0, len(order), chunk):
-            part = sorted(order[start : start + chunk], key=lambda i: self.lengths[i])
-            batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
-        rng.shuffle(batches)
-        return batches
-
-    def next(self) -> list[int]:
-        if self.index == len(self._batches):
-            self.epoch, self.index = self.epoch + 1, 0
-            self._batches = self._make(self.epoch)
-        self.index += 1
-        return self._batches[self.index - 1]
-
-    def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def restore(self, state: dict[str, int]) -> None:
-        self.epoch, self.index = state["epoch"], state["index"]
-        self._batches = self._make(self.epoch)
-
-
-def make_batch(data: FeatureSet, indices: list[int], num_steps: int, max_seq_len: int,
-               device: torch.device, width_multiple: int = 1) -> Batch:
-    lengths = data.lengths()[indices].clamp(max=max_seq_len)
-    width = -(-int(lengths.max()) // width_multiple) * width_multiple
-    span = torch.arange(width + num_steps + 1)  # + 1: the hard target of the last step
-    starts = data.offsets[indices]
-    rows = starts[:, None] + span[None, :]
-    in_seq = span[None, :] < lengths[:, None]
-    rows = torch.where(in_seq, rows, starts[:, None]).to(data.tokens.device)
-    in_seq = in_seq.to(data.tokens.device)
-    tokens = torch.where(in_seq, data.tokens[rows], 0)
-    features = data.features[rows] * in_seq[..., None]
-    return Batch(tokens.to(device), features.to(device), lengths, data.prompt_lens[indices], width)
 
 
 class Trainer:
@@ -231,19 +173,9 @@ class Trainer:
                 self._fit_schedule(first_step, marks, now - session)
                 bar.total = self.total_steps
             if self.step % config.log_every == 0 or self.step == self.total_steps:
-                self.history.append(self._summary(window))
-                last = self.history[-1]
-                bar.set_postfix(loss=last["loss"], acc=last["acc"][0])
-                log.info("step %d/%d loss %.4f acc %s cls %s (%.0f s)", self.step,
-                         self.total_steps, last["loss"], last["acc"], last["cls"], self.train_s)
+                self._log(window, bar)
                 window = []
-            if (config.eval_every and self.step % config.eval_every == 0) or (
-                    self.step in config.eval_at and self.step < self.total_steps):
-                self._evaluate()
-            if self.step % config.checkpoint_every == 0:
-                self.save_checkpoint()
-            if self.step in config.snapshot_at:
-                self.save_snapshot()
+            self._scheduled_saves()
             bar.update(1)
             if config.time_limit_s and time.perf_counter() - session >= config.time_limit_s:
                 break
@@ -254,6 +186,25 @@ class Trainer:
             self.history.append(self._summary(window))
         self.save_checkpoint()
         self.head.eval()
+
+    def _log(self, window: list[dict[str, Any]], bar: Any) -> None:
+        """The window's summary into the history, the progress bar and the log."""
+        self.history.append(self._summary(window))
+        last = self.history[-1]
+        bar.set_postfix(loss=last["loss"], acc=last["acc"][0])
+        log.info("step %d/%d loss %.4f acc %s cls %s (%.0f s)", self.step,
+                 self.total_steps, last["loss"], last["acc"], last["cls"], self.train_s)
+
+    def _scheduled_saves(self) -> None:
+        """The evaluations, checkpoints and snapshots the config asks for at this step."""
+        config = self.config
+        if (config.eval_every and self.step % config.eval_every == 0) or (
+                self.step in config.eval_at and self.step < self.total_steps):
+            self._evaluate()
+        if self.step % config.checkpoint_every == 0:
+            self.save_checkpoint()
+        if self.step in config.snapshot_at:
+            self.save_snapshot()
 
     def _fit_schedule(self, first_step: int, marks: dict[int, float], elapsed: float) -> None:
         """Once, 150 steps in: shrink the schedule so that it ends inside the time limit. Steps
