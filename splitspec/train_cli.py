@@ -11,24 +11,47 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plumbing.paths import default_cache_dir
+from splitspec import train_flags
+
+if TYPE_CHECKING:  # the torch side loads only when a command runs
+    from draft_service.eagle.train.collect import CollectConfig
+    from draft_service.eagle.train.data import ChatTokenizer, PromptSet
+    from draft_service.eagle.train.train import TrainConfig
 
 
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from draft_service.eagle.train.collect import CollectConfig
-    from draft_service.eagle.train.losses import LossWeights
     from draft_service.eagle.train.pipeline import PipelineConfig, run_pipeline
-    from draft_service.eagle.train.train import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
     on_gpu = args.device.startswith("cuda")
     if on_gpu:  # TF32 matmuls: the features differ from strict fp32 by ~1e-3, 5x faster
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    train = TrainConfig(
+    config = PipelineConfig(
+        out=args.out, cache_dir=args.cache_dir or default_cache_dir(), model=args.model,
+        device=args.device,
+        prompts=args.prompts, num_prompts=args.num_prompts,
+        num_eval_prompts=args.num_eval_prompts, num_humaneval=args.num_humaneval,
+        max_prompt_len=args.max_prompt_len, collect=_collect_config(args, on_gpu),
+        eval_max_new_tokens=args.eval_max_new_tokens, data_dir=args.data_dir,
+        save_data=args.save_data, resume=args.resume, train_until_s=args.train_until,
+        train=_train_config(args), progress=not args.quiet)
+    report = run_pipeline(config)
+    print(f"head: {args.out / 'head'}  steps {report['steps']}  loss {report['loss_first']} -> "
+          f"{report['loss_last']}  eval {report['final_eval']}")
+    return 0
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    from draft_service.eagle.train.losses import LossWeights
+    from draft_service.eagle.train.train import TrainConfig
+
+    return TrainConfig(
         steps=args.steps, batch_size=args.batch_size, max_seq_len=args.max_seq_len, lr=args.lr,
         warmup_steps=args.warmup_steps, grad_clip=args.grad_clip, num_unroll=args.num_unroll,
         ce_rows=args.ce_rows,
@@ -39,24 +62,19 @@ def _train(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit,
         fit_steps_to_time=args.fit_steps_to_time, stop_at_step=args.stop_at_step,
         snapshot_at=tuple(args.snapshot_at))
-    collect = CollectConfig(
+
+
+def _collect_config(args: argparse.Namespace, on_gpu: bool) -> CollectConfig:
+    """Generation and feature batches sized for the device; bf16 features on the GPU."""
+    import torch
+
+    from draft_service.eagle.train.collect import CollectConfig
+
+    return CollectConfig(
         max_new_tokens=args.max_new_tokens, replies=args.replies,
         generate_batch_tokens=args.generate_batch_tokens or (1 << 18 if on_gpu else 1 << 14),
         feature_batch_tokens=args.feature_batch_tokens or (1 << 16 if on_gpu else 1 << 13),
         store_dtype=torch.bfloat16 if on_gpu else torch.float32, progress=not args.quiet)
-    config = PipelineConfig(
-        out=args.out, cache_dir=args.cache_dir or default_cache_dir(), model=args.model,
-        device=args.device,
-        prompts=args.prompts, num_prompts=args.num_prompts,
-        num_eval_prompts=args.num_eval_prompts, num_humaneval=args.num_humaneval,
-        max_prompt_len=args.max_prompt_len, collect=collect,
-        eval_max_new_tokens=args.eval_max_new_tokens, data_dir=args.data_dir,
-        save_data=args.save_data, resume=args.resume, train_until_s=args.train_until,
-        train=train, progress=not args.quiet)
-    report = run_pipeline(config)
-    print(f"head: {args.out / 'head'}  steps {report['steps']}  loss {report['loss_first']} -> "
-          f"{report['loss_last']}  eval {report['final_eval']}")
-    return 0
 
 
 def _write_prompts(args: argparse.Namespace) -> int:
@@ -73,7 +91,7 @@ def _write_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _more_train_prompts(tokenizer: object, args: argparse.Namespace) -> object:
+def _more_train_prompts(tokenizer: ChatTokenizer, args: argparse.Namespace) -> PromptSet:
     """Every user turn with its history, then code-completion prompts (ShareGPT's Python
     functions and, with --stdlib-code, the standard library's)."""
     import sysconfig
@@ -107,106 +125,18 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=None, help="target GGUF or checkpoint dir")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else "
-                        "~/.cache/splitspec)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    p.add_argument("--prompts", type=Path, default=None,
-                   help="prompt bundle from `train-draft --write-prompts` (no data wheels needed)")
-    p.add_argument("--max-prompt-len", type=int, default=512, help="longer prompts are skipped")
-    p.add_argument("--num-humaneval", type=int, default=0)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train-draft", help="train an EAGLE draft head (self-distillation)")
-    _common(p)
-    p.add_argument("--out", type=Path, required=True, help="run folder; the head goes to OUT/head")
-    p.add_argument("--num-prompts", type=int, default=32, help="training prompts")
-    p.add_argument("--num-eval-prompts", type=int, default=8, help="held-out ShareGPT prompts")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="reply length for training")
-    p.add_argument("--eval-max-new-tokens", type=int, default=96)
-    reply = p.add_mutually_exclusive_group()
-    reply.add_argument("--self-distill", dest="replies", action="store_const", const="self",
-                       help="train on the target's own greedy replies (default)")
-    reply.add_argument("--sharegpt-replies", dest="replies", action="store_const",
-                       const="sharegpt", help="train on ShareGPT's recorded replies")
-    p.set_defaults(replies="self")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=4, help="sequences per step")
-    p.add_argument("--max-seq-len", type=int, default=1024)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup-steps", type=int, default=20)
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--num-unroll", type=int, default=3, help="training-time-test draft steps")
-    p.add_argument("--ce-rows", type=int, default=0,
-                   help="rows per draft step for the cross-entropy (0: all; GPU: e.g. 8192)")
-    p.add_argument("--reg-weight", type=float, default=1.0)
-    p.add_argument("--cls-weight", type=float, default=0.1)
-    p.add_argument("--step-decay", type=float, default=0.8)
-    p.add_argument("--hard-targets", action="store_true", help="CE on the greedy token only")
-    p.add_argument("--noise-std", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--eval-every", type=int, default=0)
-    p.add_argument("--eval-at", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
-                   help="comma-separated steps to evaluate at (besides the end)")
-    p.add_argument("--snapshot-at", type=lambda s: [int(x) for x in s.split(",") if x],
-                   default=[], help="comma-separated steps whose weights are kept (bf16)")
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--time-limit", type=float, default=0.0, help="seconds of training at most")
-    p.add_argument("--train-until", type=float, default=0.0,
-                   help="training stops this many seconds after the command started")
-    p.add_argument("--fit-steps-to-time", action="store_true",
-                   help="shrink --steps after 150 steps so the schedule ends within the time limit")
-    p.add_argument("--stop-at-step", type=int, default=0,
-                   help="stop at this step, keeping the --steps schedule (comparisons)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
-    p.add_argument("--data-dir", type=Path, default=None, help="load collected data")
-    p.add_argument("--save-data", type=Path, default=None, help="save collected data (shards)")
-    p.add_argument("--generate-batch-tokens", type=int, default=0)
-    p.add_argument("--tf32", action="store_true", help="TF32 matmuls on the GPU (features)")
-    p.add_argument("--feature-batch-tokens", type=int, default=0)
-    p.set_defaults(func=_train)
-
-    w = sub.add_parser("train-draft-prompts",
-                       help="write a prompt bundle for train-draft --prompts")
-    w.add_argument("--model", type=Path, default=None)
-    w.add_argument("--out", type=Path, required=True)
-    w.add_argument("--num-prompts", type=int, default=None, help="default: every training prompt")
-    w.add_argument("--num-eval-prompts", type=int, default=100)
-    w.add_argument("--num-humaneval", type=int, default=50)
-    w.add_argument("--max-prompt-len", type=int, default=512)
-    w.add_argument("--with-replies", action="store_true", help="keep ShareGPT's replies too")
-    w.add_argument("--all-turns", action="store_true",
-                   help="train on every user turn (with its history) and on code-completion "
-                        "prompts from the conversations' Python functions")
-    w.add_argument("--max-turn-prompt-len", type=int, default=768,
-                   help="with --all-turns: longest prompt with history")
-    w.add_argument("--stdlib-code", action="store_true",
-                   help="with --all-turns: code prompts from the standard library's functions too")
-    w.set_defaults(func=_write_prompts)
-
-
-def _add_eval(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval-draft", help="offline acceptance of a head (chain and tree)")
-    _common(p)
-    p.add_argument("--head", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True, help="JSON report")
-    p.add_argument("--num-sharegpt", type=int, default=100)
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="cache of the replays (target replies + rows): reused when present")
-    p.set_defaults(func=_eval, num_humaneval=50)
-
-
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     """Adds train-draft, train-draft-prompts and eval-draft to a `splitspec` subparser set."""
-    _add_train(sub)
-    _add_eval(sub)
+    train = sub.add_parser("train-draft", help="train an EAGLE draft head (self-distillation)")
+    train_flags.add_train_draft_flags(train)
+    train.set_defaults(func=_train)
+    bundle = sub.add_parser("train-draft-prompts",
+                            help="write a prompt bundle for train-draft --prompts")
+    train_flags.add_prompt_bundle_flags(bundle)
+    bundle.set_defaults(func=_write_prompts)
+    evaluate = sub.add_parser("eval-draft", help="offline acceptance of a head (chain and tree)")
+    train_flags.add_eval_draft_flags(evaluate)
+    evaluate.set_defaults(func=_eval)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """train-draft end to end: prompts -> self-distilled data -> training -> head + training.json.
 
 One process does all of it, so a GPU run needs only the GGUF, the code and a prompt bundle
-(``--prompts``, written here by ``--write-prompts`` where the data wheels are installed).
+(``--prompts``, written by ``splitspec train-draft-prompts`` where the data wheels are installed).
 """
 
 from __future__ import annotations
@@ -149,6 +149,27 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     timings["collect_s"] = time.perf_counter() - started - timings["load_s"]
     log.info("collected %s in %.0f s", {k: data_summary(v) for k, v in sets.items()},
              timings["collect_s"])
+    head, trainer = _train(config, target, sets, started)
+    final = trainer.evaluate_now()
+    timings["train_s"] = trainer.train_s
+    timings["total_s"] = time.perf_counter() - started
+    save_head(head, config.out / "head")
+    report = {
+        "recipe": _recipe(config), "data": {k: data_summary(v) for k, v in sets.items()},
+        **trainer.report(), "final_eval": final,
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "machine": machine(),
+    }
+    write_json(config.out / "head" / TRAINING_JSON, report)
+    write_eval_prompts(config.out / "head" / EVAL_PROMPTS_JSON, prompts)
+    return report
+
+
+def _train(
+    config: PipelineConfig, target: LlamaForCausalLM, sets: dict[str, FeatureSet], started: float
+) -> tuple[EagleHead, Trainer]:
+    """A new head trained on the train set (resumed if asked), scored on the others; a
+    pipeline time limit leaves training what loading and collecting did not use."""
     train_config = config.train
     if config.train_until_s:
         left = config.train_until_s - (time.perf_counter() - started)
@@ -163,19 +184,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     if config.resume and trainer.load_checkpoint():
         log.info("resumed at step %d", trainer.step)
     trainer.run(config.progress)
-    final = trainer.evaluate_now()
-    timings["train_s"] = trainer.train_s
-    timings["total_s"] = time.perf_counter() - started
-    save_head(head, config.out / "head")
-    report = {
-        "recipe": _recipe(config), "data": {k: data_summary(v) for k, v in sets.items()},
-        **trainer.report(), "final_eval": final,
-        "timings_s": {k: round(v, 1) for k, v in timings.items()},
-        "machine": machine(),
-    }
-    write_json(config.out / "head" / TRAINING_JSON, report)
-    write_eval_prompts(config.out / "head" / EVAL_PROMPTS_JSON, prompts)
-    return report
+    return head, trainer
 
 
 def write_token_counts(path: Path, data: FeatureSet, vocab_size: int) -> None:
