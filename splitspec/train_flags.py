@@ -33,8 +33,10 @@ def add_eval_draft_flags(p: argparse.ArgumentParser) -> None:
     _add_model_flags(p.add_argument_group("model and device"))
     data = p.add_argument_group("prompts and data")
     _add_prompt_flags(data)
-    data.add_argument("--num-sharegpt", type=int, default=100)
-    data.add_argument("--max-new-tokens", type=int, default=256)
+    data.add_argument("--num-sharegpt", type=int, default=100,
+                      help="held-out ShareGPT prompts")
+    data.add_argument("--max-new-tokens", type=int, default=256,
+                      help="length of the target's greedy replies replayed")
     data.add_argument("--data-dir", type=Path, default=None,
                       help="cache of the replays (target replies + rows): reused when present")
     p.set_defaults(num_humaneval=50)
@@ -49,9 +51,12 @@ def add_prompt_bundle_flags(w: argparse.ArgumentParser) -> None:
     counts = w.add_argument_group("prompts")
     counts.add_argument("--num-prompts", type=int, default=None,
                         help="default: every training prompt")
-    counts.add_argument("--num-eval-prompts", type=int, default=100)
-    counts.add_argument("--num-humaneval", type=int, default=50)
-    counts.add_argument("--max-prompt-len", type=int, default=512)
+    counts.add_argument("--num-eval-prompts", type=int, default=100,
+                        help="held-out ShareGPT prompts")
+    counts.add_argument("--num-humaneval", type=int, default=50,
+                        help="HumanEval prompts")
+    counts.add_argument("--max-prompt-len", type=int, default=512,
+                        help="longer prompts are skipped")
     counts.add_argument("--with-replies", action="store_true",
                         help="keep ShareGPT's replies too")
     more = w.add_argument_group("more training prompts")
@@ -82,7 +87,8 @@ def _add_prompt_flags(group: Group) -> None:
                             "needed)")
     group.add_argument("--max-prompt-len", type=int, default=512,
                        help="longer prompts are skipped")
-    group.add_argument("--num-humaneval", type=int, default=0)
+    group.add_argument("--num-humaneval", type=int, default=0,
+                       help="HumanEval prompts held out for evaluation")
 
 
 def _add_data_flags(group: Group) -> None:
@@ -90,7 +96,8 @@ def _add_data_flags(group: Group) -> None:
     group.add_argument("--num-eval-prompts", type=int, default=8,
                        help="held-out ShareGPT prompts")
     group.add_argument("--max-new-tokens", type=int, default=96, help="reply length for training")
-    group.add_argument("--eval-max-new-tokens", type=int, default=96)
+    group.add_argument("--eval-max-new-tokens", type=int, default=96,
+                       help="reply length of the held-out evaluation sets")
     reply = group.add_mutually_exclusive_group()
     reply.add_argument("--self-distill", dest="replies", action="store_const", const="self",
                        help="train on the target's own greedy replies (default)")
@@ -100,19 +107,24 @@ def _add_data_flags(group: Group) -> None:
     group.add_argument("--data-dir", type=Path, default=None, help="load collected data")
     group.add_argument("--save-data", type=Path, default=None,
                        help="save collected data (shards)")
-    group.add_argument("--generate-batch-tokens", type=int, default=0)
-    group.add_argument("--feature-batch-tokens", type=int, default=0)
+    group.add_argument("--generate-batch-tokens", type=int, default=0,
+                       help="KV columns a generation batch holds (0: 2^18 on a GPU, 2^14 on CPU)")
+    group.add_argument("--feature-batch-tokens", type=int, default=0,
+                       help="tokens a feature-collection forward takes (0: 2^16 GPU, 2^13 CPU)")
     group.add_argument("--tf32", action="store_true", help="TF32 matmuls on the GPU (features)")
 
 
 def _add_optimiser_flags(group: Group) -> None:
-    group.add_argument("--steps", type=int, default=100)
+    group.add_argument("--steps", type=int, default=100, help="optimiser steps")
     group.add_argument("--batch-size", type=int, default=4, help="sequences per step")
-    group.add_argument("--max-seq-len", type=int, default=1024)
-    group.add_argument("--lr", type=float, default=1e-3)
-    group.add_argument("--warmup-steps", type=int, default=20)
-    group.add_argument("--grad-clip", type=float, default=1.0)
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--max-seq-len", type=int, default=1024,
+                       help="longer sequences lose their tail")
+    group.add_argument("--lr", type=float, default=1e-3,
+                       help="peak learning rate (AdamW; warmup, then cosine to 5%%)")
+    group.add_argument("--warmup-steps", type=int, default=20, help="linear warmup steps")
+    group.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip")
+    group.add_argument("--seed", type=int, default=0,
+                       help="initial weights and data order (a run is reproducible)")
 
 
 def _add_loss_flags(group: Group) -> None:
@@ -120,22 +132,29 @@ def _add_loss_flags(group: Group) -> None:
                        help="training-time-test draft steps")
     group.add_argument("--ce-rows", type=int, default=0,
                        help="rows per draft step for the cross-entropy (0: all; GPU: e.g. 8192)")
-    group.add_argument("--reg-weight", type=float, default=1.0)
-    group.add_argument("--cls-weight", type=float, default=0.1)
-    group.add_argument("--step-decay", type=float, default=0.8)
+    group.add_argument("--reg-weight", type=float, default=1.0,
+                       help="weight of the feature regression (smooth L1 in units of each "
+                            "dimension's std)")
+    group.add_argument("--cls-weight", type=float, default=0.1,
+                       help="weight of the cross-entropy against the target's next token")
+    group.add_argument("--step-decay", type=float, default=0.8,
+                       help="draft step j's losses count decay^(j-1)")
     group.add_argument("--hard-targets", action="store_true",
                        help="CE on the greedy token only")
-    group.add_argument("--noise-std", type=float, default=0.0)
+    group.add_argument("--noise-std", type=float, default=0.0,
+                       help="Gaussian noise on the input features, in units of each dim's std")
 
 
 def _add_run_flags(group: Group) -> None:
-    group.add_argument("--checkpoint-every", type=int, default=200)
-    group.add_argument("--eval-every", type=int, default=0)
+    group.add_argument("--checkpoint-every", type=int, default=200,
+                       help="steps between checkpoints (OUT/checkpoints; --resume)")
+    group.add_argument("--eval-every", type=int, default=0,
+                       help="steps between acceptance evaluations (0: at the end only)")
     group.add_argument("--eval-at", type=_steps, default=[],
                        help="comma-separated steps to evaluate at (besides the end)")
     group.add_argument("--snapshot-at", type=_steps, default=[],
                        help="comma-separated steps whose weights are kept (bf16)")
-    group.add_argument("--log-every", type=int, default=10)
+    group.add_argument("--log-every", type=int, default=10, help="steps between log lines")
     group.add_argument("--time-limit", type=float, default=0.0,
                        help="seconds of training at most")
     group.add_argument("--train-until", type=float, default=0.0,
