@@ -11,21 +11,36 @@ layer's norm. Used when the model's projections are merged and the step's metada
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol, cast
+
 import torch
 from torch import nn
 
 from model_runtime import invariant
 from model_runtime.paged import PagedMetadata, cuda_attention
 
+if TYPE_CHECKING:  # llama.py imports this module
+    from model_runtime.llama import DecoderLayer, LlamaForCausalLM
 
-def merge_projections(model: nn.Module) -> None:
+
+class DecoderLayers(Protocol):
+    """What these functions use of an nn.ModuleList of DecoderLayers (the target's or the
+    EAGLE head's): torch types its items as plain Modules."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[DecoderLayer]: ...
+    def __getitem__(self, index: int) -> DecoderLayer: ...
+
+
+def merge_projections(model: LlamaForCausalLM) -> None:
     """Concatenates each layer's q|k|v and gate|up weights (in place; CUDA path)."""
     merge_layer_projections(model.model.layers)
 
 
 def merge_layer_projections(layers: nn.ModuleList) -> None:
     """merge_projections for a bare list of decoder layers (the EAGLE head's)."""
-    for layer in layers:
+    for layer in cast(DecoderLayers, layers):
         attn, mlp = layer.self_attn, layer.mlp
         attn.qkv_weight = _merged([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.gate_up_weight = _merged([mlp.gate_proj, mlp.up_proj])
@@ -41,7 +56,7 @@ def _merged(linears: list[nn.Linear]) -> torch.Tensor:
     return weight
 
 
-def is_merged(model: nn.Module) -> bool:
+def is_merged(model: LlamaForCausalLM) -> bool:
     return layers_merged(model.model.layers)
 
 
@@ -50,7 +65,7 @@ def layers_merged(layers: nn.ModuleList) -> bool:
 
 
 def fused_body(
-    layers: nn.ModuleList,
+    module_list: nn.ModuleList,
     x: torch.Tensor,
     rotary: tuple[torch.Tensor, torch.Tensor],
     kv_pools: tuple[list[torch.Tensor], list[torch.Tensor]],
@@ -59,6 +74,7 @@ def fused_body(
     """The decoder layers over embeddings x [T, hidden]; returns the last layer's output."""
     from kernels import fused_ops, layer_ops
 
+    layers = cast(DecoderLayers, module_list)
     residual = x
     normed = fused_ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
     cos, sin = rotary

@@ -20,6 +20,8 @@ class RMSNorm(nn.Module):
 
 
 class GatedMLP(nn.Module):
+    gate_up_weight: torch.Tensor  # gate|up in one weight: set by fused_layers.merge_projections
+
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden_size, intermediate_size, bias=False)
@@ -38,6 +40,9 @@ class RotaryTable(nn.Module):
     ~2 us each of a graph-replayed decode step. Casting the table first gives the same values as
     casting the gathered rows.
     """
+
+    cos: torch.Tensor  # [max_position, head_dim] fp32 buffers (register_buffer below)
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_position: int, theta: float) -> None:
         super().__init__()

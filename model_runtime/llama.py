@@ -17,6 +17,8 @@ from model_runtime.paged import PagedMetadata
 
 
 class SelfAttention(nn.Module):
+    qkv_weight: torch.Tensor  # q|k|v in one weight: set by fused_layers.merge_projections
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.num_heads = config.num_heads
