@@ -7,14 +7,17 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import nullcontext
+from typing import TypeVar
 
 import torch
 
 from model_runtime.device_clock import DeviceClock
 
 log = logging.getLogger("splitspec.graphs")
+# A graph's shape: the arguments of the runner's body that it was captured with.
+ShapeT = TypeVar("ShapeT", bound=tuple[Hashable, ...])
 
 
 def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
@@ -22,7 +25,10 @@ def bucket_for(size: int, buckets: tuple[int, ...]) -> int | None:
 
 
 def replay_or_run(
-    graphs: dict, shape: Hashable, body: Callable[..., None], clock: DeviceClock | None
+    graphs: Mapping[ShapeT, torch.cuda.CUDAGraph],
+    shape: ShapeT,
+    body: Callable[..., None],
+    clock: DeviceClock | None,
 ) -> None:
     """The shape's captured graph, or its body eagerly (no graphs: CPU, --no-cuda-graphs),
     timed on the device by ``clock`` when the runner has one."""
@@ -49,11 +55,11 @@ def capture_graph(device: torch.device, pool, body: Callable[[], None]) -> torch
 
 
 def capture_shapes(
-    shapes: Sequence[Hashable],
+    shapes: Sequence[ShapeT],
     what: str,
     device: torch.device,
     body_for: Callable[..., None],
-) -> dict:
+) -> dict[ShapeT, torch.cuda.CUDAGraph]:
     """A graph per shape (largest first, so the smaller ones reuse the pool's memory), with a
     progress bar and one log line of the time and memory it took."""
     started = time.monotonic()
@@ -63,13 +69,14 @@ def capture_shapes(
     torch.cuda.synchronize(device)
     free_before = torch.cuda.mem_get_info(device)[0]
     pool = torch.cuda.graph_pool_handle()
-    graphs = {}
+    graphs: dict[ShapeT, torch.cuda.CUDAGraph] = {}
     collecting = gc.isenabled()
     gc.disable()
     try:
         with torch.inference_mode():
             for shape in progress(list(shapes), f"capturing {what} graphs"):
-                graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))
+                # mypy cannot type a lambda with a default argument (this one is () -> None)
+                graphs[shape] = capture_graph(device, pool, lambda s=shape: body_for(*s))  # type: ignore[misc]
     finally:
         if collecting:
             gc.enable()
