@@ -26,12 +26,13 @@ def memoized_gguf_reads() -> Iterator[None]:
 
     reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     cached_reader: Any = functools.lru_cache(maxsize=4)(_plain_array_reader(reader))
-    gguf.GGUFReader = cached_reader
+    # Patching gguf's classes is the point here: mypy refuses assignments to a class.
+    gguf.GGUFReader = cached_reader  # type: ignore[misc]
     gguf.get_tensor_name_map = functools.lru_cache(maxsize=16)(name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
 
 
 def _plain_array_reader(reader: type) -> type:

@@ -42,7 +42,8 @@ class Linear(nn.Linear):
             if self.all_rows:
                 return self._in_row_blocks(x)
             if PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
-                out = self.few_row(x, self.packed)
+                # packed is set whenever few_row is (prepack_linears sets both)
+                out = self.few_row(x, self.packed)  # type: ignore[arg-type]
                 return out if self.bias is None else out + self.bias
         return invariant.linear(x, self.weight, self.bias)
 
@@ -50,7 +51,8 @@ class Linear(nn.Linear):
         """The kernel computes each row alone (same bits for 1 row or 16), so blocks of 16
         keep a row's result independent of how many rows share the step."""
         assert self.few_row is not None
-        blocks = [self.few_row(x[i : i + PACKED_MAX_ROWS], self.packed)
+        # packed is set whenever few_row is, as in forward()
+        blocks = [self.few_row(x[i : i + PACKED_MAX_ROWS], self.packed)  # type: ignore[arg-type]
                   for i in range(0, x.shape[0], PACKED_MAX_ROWS)]  # fmt: skip
         out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
         return out if self.bias is None else out + self.bias
