@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 
@@ -21,6 +21,7 @@ class DeviceBatch:
     start_pos: torch.Tensor  # [B]
     num_new: torch.Tensor  # [B]
     sample_index: torch.Tensor  # [R] token index whose logits are sampled
+    _: KW_ONLY  # the tensors come from one *list, so the ints are named (mypy checks that)
     max_new: int
     max_context: int
 

@@ -12,6 +12,7 @@ from model_runtime.cuda_setup import prefer_efficient_attention
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
 from model_runtime.invariant import use_invariant_matmul
+from model_runtime.llama import LlamaForCausalLM
 from model_runtime.loading import load_model
 from model_runtime.packed_linear import prepack_linears
 from model_runtime.service_main import run_service
@@ -71,7 +72,7 @@ def _log_attention(engine: TargetEngine) -> None:
                     "no decode or verify graphs are captured")  # fmt: skip
 
 
-def _attach_graphs(engine: TargetEngine, model: torch.nn.Module) -> None:
+def _attach_graphs(engine: TargetEngine, model: LlamaForCausalLM) -> None:
     """The decode graphs (CUDA) and the fixed-shape verify steps (paged backend)."""
     config = engine.config
     if config.cuda_graphs and config.device.startswith("cuda"):
