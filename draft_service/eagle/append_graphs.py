@@ -62,7 +62,7 @@ class AppendGraphRunner:
         self.device = pool.k[0].device
         self.use_graphs = use_graphs and self.device.type == "cuda"
         batch, pairs = self.batch_buckets[-1], self.pairs
-        fields = {name: (batch, pairs) for name in INT_FIELDS}
+        fields: dict[str, tuple[int, ...]] = {name: (batch, pairs) for name in INT_FIELDS}
         # last: each request's last real pair; request_rows: its table row.
         fields |= {"last": (batch,), "request_rows": (batch,)}
         self.inputs = Staging(fields, torch.long, self.device)

@@ -127,7 +127,7 @@ class EagleHead(nn.Module):
         hidden: torch.Tensor,
         positions: torch.Tensor,
         kv: KVPools,
-        meta: AttentionMetadata,
+        meta: AttentionMetadata | PagedMetadata,
     ) -> torch.Tensor:
         """token_ids [T] (x_{t+1}), hidden [T, H] (h_t), positions [T] (t) -> features [T, H]."""
         x = self.fc(torch.cat([self.embed_tokens(token_ids), hidden.to(self.fc.weight.dtype)], -1))

@@ -154,6 +154,7 @@ def _run_frontier(
     node saw of the tree (its ancestors and itself)."""
     num_req, k = frontier.tokens.shape
     write_slots = levels.write_slots[step - 1]
+    meta: PagedMetadata | AttentionMetadata
     if inputs.paged:
         seen = frontier.seen  # a fresh tensor (zeros, or the last level's gather): written in place
         seen[:, :, step - 1] = write_slots.view(num_req, k)  # each node's own slot ends its path
