@@ -123,7 +123,12 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
         "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
     )
-    group.add_argument("--cache-dir", type=Path, default=None)
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else ~/.cache/splitspec)",
+    )
 
 
 def _add_test_drafter_flags(group: argparse._ArgumentGroup) -> None:

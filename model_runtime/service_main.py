@@ -28,7 +28,9 @@ log = logging.getLogger("splitspec")
 def add_endpoint_flags(parser: argparse.ArgumentParser, default_port: int) -> None:
     """A model service's --host and --port, first among its flag groups."""
     group = parser.add_argument_group("endpoint")
-    group.add_argument("--host", default="127.0.0.1")
+    group.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every one)"
+    )
     group.add_argument("--port", type=port, default=default_port, help="0: a free one, logged")
 
 

@@ -33,8 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="largest serialized request; larger: RESOURCE_EXHAUSTED")
     group.add_argument("--max-prompt-tokens", type=int, default=d.max_prompt_tokens,
                        help="longest prompt in tokens (0: what the context holds)")
-    group.add_argument("--max-text-chars", type=int, default=d.max_text_chars)
-    group.add_argument("--max-stop-chars", type=int, default=d.max_stop_chars)
+    group.add_argument(
+        "--max-text-chars",
+        type=int,
+        default=d.max_text_chars,
+        help="a prompt's characters at most (a chat's messages together); longer: INVALID_ARGUMENT",
+    )
+    group.add_argument(
+        "--max-stop-chars", type=int, default=d.max_stop_chars, help="characters per stop string"
+    )
 
 
 def limits_from_args(args: argparse.Namespace) -> AdmissionLimits:

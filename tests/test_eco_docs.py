@@ -43,6 +43,13 @@ def test_service_flags_sit_in_named_groups() -> None:
         assert "### " in build.parser_table(title, parser), title
 
 
+def test_every_flag_says_what_it_does() -> None:
+    """A flag without help shows a bare name in --help and an empty cell in docs/config.md."""
+    for title, parser in build.parsers():
+        bare = [a.option_strings or a.dest for a in parser._actions if not a.help]
+        assert bare == [], f"{title}: flags without help: {bare}"
+
+
 def test_plots_render_from_committed_json(tmp_path: Path) -> None:
     written = render_all(tmp_path)
     assert len(written) >= 4
