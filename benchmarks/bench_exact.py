@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import git_commit, utc_now
+from benchmarks.run_record import git_commit, utc_now
 from model_runtime.loading import default_model_path, load_model
 from model_runtime.packed_linear import prepack_linears
 from plumbing.paths import default_cache_dir

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import gpu_spec_phases, gpu_target_only
-from benchmarks.common import git_commit, run_concurrent, utc_now
+from benchmarks.common import run_concurrent
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
+from benchmarks.run_record import git_commit, utc_now
 from splitspec import cpu_wake
 from splitspec.client import Client, build_request
 from splitspec.launcher import LocalStack

@@ -25,25 +25,19 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.common import (
-    REPO_ROOT,
-    CpuMeter,
     Figures,
     Prompt,
-    QuietPolicy,
     StreamTiming,
     chunks,
     common_prefix_fraction,
     load_prompts,
-    machine_info,
-    measure_quietly,
     prompt_stats,
     run_concurrent,
     start_stack,
     summarize,
-    utc_now,
-    versions,
-    write_json,
 )
+from benchmarks.quiet import CpuMeter, QuietPolicy, measure_quietly
+from benchmarks.run_record import REPO_ROOT, machine_info, utc_now, versions, write_json
 from model_runtime.hf_gguf import memoized_gguf_reads
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb

@@ -42,7 +42,12 @@ if [ -f .snap/tree.tar ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD:/root/m PYTHONUNBUFFERED=1
 nvidia-smi -L
-echo "code: $(cat .snap/commit 2>/dev/null || cat "$tree/.snap/commit" 2>/dev/null || echo tree)"
+# The code's commit: a snapshot's, else what the caller put in SPLITSPEC_COMMIT (the copy's .git
+# is not this tree's history); the benchmarks' JSON records it.
+code=$(cat .snap/commit 2>/dev/null || cat "$tree/.snap/commit" 2>/dev/null \
+  || echo "${SPLITSPEC_COMMIT:-tree}")
+export SPLITSPEC_COMMIT=$code
+echo "code: $code"
 echo "model: $(ls -la $gguf 2>&1)"
 
 GPU_TESTS=${GPU_TESTS:-"tests/test_search_graphs.py tests/test_verify_graphs.py tests/test_decode_graphs.py

@@ -47,7 +47,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import machine_info, save_run, utc_now, versions
+from benchmarks.run_record import machine_info, save_run, utc_now, versions
 from model_runtime.loading import load_model
 from plumbing.paths import default_cache_dir
 from target_service import engine as engine_module

@@ -26,7 +26,7 @@ from pathlib import Path
 import grpc
 from hypothesis import HealthCheck, given, settings
 
-from benchmarks.common import REPO_ROOT, git_commit, machine_info, utc_now, write_json
+from benchmarks.run_record import REPO_ROOT, git_commit, machine_info, utc_now, write_json
 from protos import draft_pb2, draft_pb2_grpc, generation_pb2_grpc, target_pb2, target_pb2_grpc
 from protos import generation_pb2 as pb
 from splitspec.launcher import LocalStack

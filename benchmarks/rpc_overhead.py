@@ -35,8 +35,8 @@ from typing import Any
 
 import grpc
 
-from benchmarks.common import REPO_ROOT, git_commit, machine_info, save_run, utc_now, versions
 from benchmarks.rpc_echo import ECHO_METHOD, start_echo
+from benchmarks.run_record import REPO_ROOT, git_commit, machine_info, save_run, utc_now, versions
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import draft_pb2, draft_pb2_grpc, target_pb2, target_pb2_grpc
 from splitspec.launcher import ServiceProcess, free_ports, python_module

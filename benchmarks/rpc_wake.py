@@ -26,7 +26,7 @@ from pathlib import Path
 
 import grpc
 
-from benchmarks.common import REPO_ROOT, machine_info, utc_now, versions
+from benchmarks.run_record import REPO_ROOT, machine_info, utc_now, versions
 from splitspec import cpu_spin, cpu_wake
 from splitspec.launcher import free_ports
 
