@@ -27,10 +27,10 @@ from router.kv_manager import KVManager
 from router.multi_step import MultiStep, decode_item
 from router.request import Request
 from router.retraction import KVPressure
-from router.spec_switch import SpeculationSwitch
 from router.speculation import Speculation
 from router.stats import ServerCounters
-from router.step_timing import StepClock, StepTimings
+from router.step_mode import StepMode
+from router.step_timing import StepClock
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 
@@ -78,9 +78,7 @@ class Scheduler:
         self.before_step: list[Callable[[], Awaitable[None]]] = [self.intake.settle]
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
-        self.switch = SpeculationSwitch(config.adaptive_speculation)
-        self.timings = StepTimings()
-        self._switch_batch = 0  # the batch size the switch chose this step's mode for (0: none)
+        self.mode = StepMode(config, spec)  # speculate or not, and what a step measured
         self.multi_step = MultiStep(config.decode_steps)
         self.draft_ahead = DraftAhead(spec)
 
@@ -139,7 +137,7 @@ class Scheduler:
 
     async def step(self) -> None:
         started = time.perf_counter()
-        speculate = self._speculate()
+        speculate = self.mode.choose(self.running)
         # Catching drafters up belongs to the step it readies: its time is the mode's cost (the
         # switch's). The step timings' clock starts after it: an Ingest moves a request's whole
         # context once, after its prefill or a target-only spell, and says nothing of a round.
@@ -161,7 +159,7 @@ class Scheduler:
         done = await self._commit_replies(plain, verify, steps, replies)
         await self._finish(done)
         clean = not (caught_up or switched_off)
-        self._measure(plan, bool(trees), clock, emitted, clean=clean, started=started)
+        self.mode.measure(plan, self.running, bool(trees), clock, emitted, clean, started)
 
     async def _trees(
         self, plan: list[Planned], speculate: bool, clock: StepClock
@@ -191,50 +189,6 @@ class Scheduler:
         sampled = list(forward_reply.next_token_ids) if forward_reply else []
         done = self.commit.plain(plain, sampled, steps)
         return done + self.commit.verified(verify, replies.verify_items, results)
-
-    def _measure(
-        self,
-        plan: list[Planned],
-        speculative: bool,
-        clock: StepClock,
-        emitted: int,
-        clean: bool,
-        started: float,
-    ) -> None:
-        """A decode-only step's committed tokens over its whole wall time since ``started``
-        (catch-up, RPCs, commit, streaming, releases): the speculation switch's input; and
-        GetServerStatus's step timings from ``clock``. The switch counts every step it chose
-        the mode of (a probe's budget runs in steps with a prompt too) but takes the rate of
-        a clean one only: decode-only, ``clean`` (no drafter caught up in it, no Propose sent
-        ahead awaited by a target-only step), no request finished in it (its release RPCs, and
-        its last Forward cut to the tokens it had left, are the request's end, not the mode's)
-        and no prompt waiting (which holds a target-only step to one decode step)."""
-        decode_only = bool(plan) and not any(p.prefill for p in plan)
-        if self._switch_batch:
-            tokens = sum(len(p.req.output_ids) for p in plan) - emitted
-            seconds = time.perf_counter() - started
-            ended = any(p.req.finished for p in plan)
-            waiting = any(r.is_prefilling for r in self.running)
-            clean = clean and decode_only and not ended and not waiting
-            self.switch.record(self._switch_batch, speculative, tokens, seconds, clean)
-            if log.isEnabledFor(logging.DEBUG):  # --log-level debug; else nothing per step
-                log.debug("step: batch %d, %s, %d tokens in %.2f ms, %s", self._switch_batch,
-                          "speculative" if speculative else "target-only", tokens,
-                          seconds * 1e3, "measured" if clean else "not measured")  # fmt: skip
-        if decode_only:
-            self.timings.record(speculative, clock)
-
-    def _num_decoding(self) -> int:
-        return sum(not r.is_prefilling for r in self.running)
-
-    def _speculate(self) -> bool:
-        """Whether this step speculates: not under load, where a wider batch beats longer
-        trees (--max-speculative-batch), nor where the switch measured speculation losing."""
-        num_decoding = self._num_decoding()
-        wanted = any(self.spec.wanted(r) for r in self.running if not r.is_prefilling)
-        asked = wanted and num_decoding <= self.config.max_speculative_batch
-        self._switch_batch = num_decoding if asked else 0
-        return asked and self.switch.speculate_next(num_decoding)
 
     async def _catch_up(self) -> bool:
         """Re-ingests drafters that fell behind; returns whether any did."""

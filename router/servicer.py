@@ -88,9 +88,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             num_generated_tokens=s.counters.num_generated_tokens,
             uptime_s=s.counters.uptime_s,
             speculation=s.counters.speculation(),
-            speculation_switch=s.switch.status(),
-            target_only_steps=s.timings.status(speculative=False),
-            speculative_steps=s.timings.status(speculative=True),
+            speculation_switch=s.mode.switch.status(),
+            target_only_steps=s.mode.timings.status(speculative=False),
+            speculative_steps=s.mode.timings.status(speculative=True),
             draft_replicas=[
                 pb.DraftReplicaStatus(
                     address=r.address,

@@ -1,19 +1,20 @@
-"""What the scheduler tells the speculation switch about a step (router/scheduler.py's
-``_measure``): every step the switch chose the mode of counts, but only a clean one gives a
+"""What the scheduler tells the speculation switch about a step (router/step_mode.py's
+``StepMode.measure``): every step the switch chose the mode of counts, but only a clean one gives a
 rate; a step that finishes a request, has a prompt in it or waiting, or caught a drafter up
 does not (router/spec_switch.py's docstring says why)."""
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
+from router.config import RouterConfig
 from router.request import Request, SamplingOptions
-from router.scheduler import Planned, Scheduler
-from router.spec_switch import SpeculationSwitch
-from router.step_timing import StepClock, StepTimings
+from router.scheduler import Planned
+from router.step_mode import StepMode
+from router.step_timing import StepClock
 
 
 def decoding(request_id: str, num_output: int = 3) -> Request:
@@ -25,13 +26,13 @@ def decoding(request_id: str, num_output: int = 3) -> Request:
 
 def measure(plan: list[Planned], running: list[Request], clean: bool = True):
     """One step's report as the scheduler makes it; returns the switch's batch-2 bucket."""
-    switch = SpeculationSwitch(enabled=True)
-    scheduler = SimpleNamespace(
-        _switch_batch=2, switch=switch, running=running, timings=StepTimings()
-    )
+    config = RouterConfig(target_address="unused", model_path=Path("unused"),
+                          adaptive_speculation=True)  # fmt: skip
+    mode = StepMode(config, spec=None)  # type: ignore[arg-type]  # measure() never drafts
+    mode.batch = 2  # the switch chose this step's mode for a batch of 2
     started = time.perf_counter() - 0.01
-    Scheduler._measure(scheduler, plan, False, StepClock(), 2, clean, started)  # type: ignore[arg-type]
-    return switch.status().buckets[0]
+    mode.measure(plan, running, False, StepClock(), 2, clean, started)
+    return mode.switch.status().buckets[0]
 
 
 def test_a_plain_decode_step_gives_a_rate() -> None:
