@@ -23,7 +23,7 @@ from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, TREE_TOKENS
 from plumbing.compute_thread import ComputeThread
 from plumbing.drain import drain_on_sigterm, grace_s
 from plumbing.grpc_util import SERVER_OPTIONS, start_server
-from plumbing.paths import default_cache_dir
+from plumbing.paths import add_cache_dir_flag, default_cache_dir
 from plumbing.rpc_stream import StreamGate
 from plumbing.security import ServerTLS
 from protos import draft_pb2, draft_pb2_grpc
@@ -123,12 +123,7 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
         "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
     )
-    group.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else ~/.cache/splitspec)",
-    )
+    add_cache_dir_flag(group)
 
 
 def _add_test_drafter_flags(group: argparse._ArgumentGroup) -> None:

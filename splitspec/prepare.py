@@ -17,7 +17,7 @@ from pathlib import Path
 
 from model_runtime.loading import ModelNotFound
 from plumbing.once import CacheWriteError, ensure_writable
-from plumbing.paths import default_cache_dir
+from plumbing.paths import add_cache_dir_flag, default_cache_dir
 
 
 def prepare(model: Path | None, cache_dir: Path, kernel: bool) -> None:
@@ -59,7 +59,7 @@ def _timed(what: str, work) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m splitspec.prepare", description=__doc__)
     parser.add_argument("--model", type=Path, default=None)
-    parser.add_argument("--cache-dir", type=Path, default=None)
+    add_cache_dir_flag(parser)
     parser.add_argument("--kernel", action="store_true", help="also build the few-row kernel")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from plumbing.paths import add_cache_dir_flag
+
 Group = argparse._ArgumentGroup
 
 
@@ -72,9 +74,7 @@ def add_prompt_bundle_flags(w: argparse.ArgumentParser) -> None:
 
 def _add_model_flags(group: Group) -> None:
     group.add_argument("--model", type=Path, default=None, help="target GGUF or checkpoint dir")
-    group.add_argument("--cache-dir", type=Path, default=None,
-                       help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else "
-                            "~/.cache/splitspec)")
+    add_cache_dir_flag(group)
     group.add_argument("--device", default="cpu", help="cpu | cuda")
     group.add_argument("--threads", type=int, default=0,
                        help="torch CPU threads (0: default)")

@@ -11,7 +11,7 @@ from model_runtime.config import DTYPE_CHOICES, resolve_dtype
 from model_runtime.loading import default_model_path
 from model_runtime.service_main import add_endpoint_flags
 from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT
-from plumbing.paths import default_cache_dir
+from plumbing.paths import add_cache_dir_flag, default_cache_dir
 from target_service.config import (
     ATTENTION_BACKENDS,
     DECODE_GRAPH_BATCHES,
@@ -49,12 +49,7 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--threads", type=NON_NEGATIVE_INT, default=0, help="torch threads (0: default)"
     )
-    group.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="converted-checkpoint cache (default: $SPLITSPEC_CACHE, else ~/.cache/splitspec)",
-    )
+    add_cache_dir_flag(group)
     group.add_argument(
         "--exact",
         action="store_true",
