@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_gpu import INSTRUCTIONS, chat_ids
+from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
 from benchmarks.run_record import save_run, utc_now
 from draft_service.drafter import TreeShape
 from draft_service.eagle.head import load_head

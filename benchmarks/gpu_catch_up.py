@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_gpu import chat_ids
+from benchmarks.gpu_stack import chat_ids
 from draft_service import server as draft_server
 from draft_service.drafter import ContextChunk
 from target_service import arguments as target_arguments

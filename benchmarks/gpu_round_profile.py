@@ -17,7 +17,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from benchmarks.bench_gpu import chat_ids, stack, step_timing, throughput
+from benchmarks.gpu_stack import chat_ids, stack, step_timing, throughput
 from splitspec.client import Client
 
 

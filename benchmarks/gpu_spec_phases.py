@@ -9,6 +9,7 @@ import json
 import time
 
 from benchmarks.common import run_concurrent
+from benchmarks.gpu_stack import greedy_requests, server_status, stack, step_timing, throughput
 from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
@@ -20,7 +21,6 @@ def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[
     """Batch 1, bf16: EAGLE's tok/s and tokens per verify step by tree shape (a chain among
     them), then the n-gram drafter's, each against target-only on the same stack and prompts
     (issue: trees sized for the device)."""
-    from benchmarks.bench_gpu import stack
 
     rows = []
     for tree in [*TREE_SHAPES, "ngram"]:
@@ -48,7 +48,6 @@ def prompt_sets(
     trained on (an instruction's reply is often a few dozen tokens), which measured 3.07 tokens
     a step where the same replies, ended, give 3.6. A verify step commits its accepted drafts
     and the bonus token; each reply's first token comes from its prefill, not a verify step."""
-    from benchmarks.bench_gpu import stack
 
     rows = []
     for tree in trees:
@@ -77,7 +76,6 @@ def switch_batches(
     The switch learns per batch bucket once per router, so each batch size runs its groups
     twice: the first pass (the learning included) and the second (what a running server
     serves), both reported against target-only on the same groups."""
-    from benchmarks.bench_gpu import stack, throughput
 
     rows: list[dict] = []
     with stack("bfloat16", drafter=True, attention=attention,
@@ -109,7 +107,6 @@ def switch_batches(
 def _switch_buckets(client: Client) -> list[dict]:
     from google.protobuf.json_format import MessageToDict
 
-    from benchmarks.bench_gpu import server_status
 
     switch = server_status(client).speculation_switch
     every = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
@@ -119,7 +116,6 @@ def _switch_buckets(client: Client) -> list[dict]:
 def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:
     """Batch 1, bf16, EAGLE and target-only on a default-numerics stack, then on an --exact
     one, same prompts, one run (issue: exact in bf16, what the mode costs end to end)."""
-    from benchmarks.bench_gpu import stack
 
     rows = {}
     for exact in (False, True):
@@ -141,7 +137,6 @@ def eagle_then_target_only(
 ) -> tuple:
     """Batch 1 on a running stack: EAGLE (after a warm-up), its round timings, then
     target-only on the same prompts, and how many outputs the two share."""
-    from benchmarks.bench_gpu import step_timing, throughput
 
     client = Client(address)
     throughput(client, prompts[:2], 1, 16, True)
@@ -161,7 +156,6 @@ def bursty(prompts: list[list[int]], max_new: int, gap_s: float, attention: str)
     sleep after 2 s without work and come back 0.1-0.2 s into a request, so a short reply runs
     partly without them. Per kind: tok/s over the requests' own time (first byte to last),
     mean time to first token, and how many outputs the two kinds share."""
-    from benchmarks.bench_gpu import greedy_requests, stack, throughput
 
     with stack("bfloat16", drafter=True, attention=attention) as s:
         client = Client(s.router_address)

@@ -3,6 +3,7 @@ router + target processes at each batch size, per target variant (backend, graph
 
 from __future__ import annotations
 
+from benchmarks.gpu_stack import server_status, stack, step_timing, throughput
 from splitspec.client import Client
 
 # name: (attention backend, decode graphs, target --decode-steps; None = the target's default).
@@ -17,7 +18,6 @@ VARIANTS = {
 def phase(
     prompts: list[list[int]], max_new: int, batches: list[int], names: list[str]
 ) -> list[dict]:
-    from benchmarks.bench_gpu import server_status, stack, step_timing, throughput
 
     rows = []
     for name in names:
