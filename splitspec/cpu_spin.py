@@ -5,7 +5,7 @@ CPU halts, and PM QoS (splitspec/cpu_wake.py) has no idle state to forbid. A hal
 through its host, and each of a round's waits (1-2 ms) ends in such a wake-up: on that box a
 gRPC echo whose handler works for 1 ms cost 0.42-0.64 ms beyond the work, 0.21-0.27 ms with
 spinners, and a batch-1 EAGLE round fell from 4.6 to 3.8-3.9 ms (benchmarks/rpc_wake.py;
-README, "Speculation on the GPU"). A runnable SCHED_IDLE process keeps its CPU out of the idle
+docs/gpu-history.md, "Idle spinners"). A runnable SCHED_IDLE process keeps its CPU out of the idle
 loop yet gives way at once to any thread that wakes there: the wake-up becomes a preemption
 inside the guest.
 

@@ -16,8 +16,9 @@ to keep them awake:
 - ``auto`` (the flag alone): ``qos`` where the kernel has a cpuidle driver and the device is
   writable, else ``spin``.
 
-Measured by ``python -m benchmarks.rpc_wake`` (README, "Speculative decoding"): on the 2-core
-dev VM (cpuidle driver haltpoll) ``qos`` cut a round-like call's overhead by a third; on the
+Measured by ``python -m benchmarks.rpc_wake`` (docs/speculation.md, "Keeping the CPUs awake";
+the H200 rounds in docs/gpu-history.md, "Idle spinners"): on the 2-core dev VM (cpuidle driver
+haltpoll) ``qos`` cut a round-like call's overhead by a third; on the
 H200 box (no cpuidle driver) ``qos`` changed nothing and ``spin`` halved it, and a batch-1
 EAGLE round fell from 4.6 to 3.8-3.9 ms. The cost either way: idle cores keep running
 (``qos`` for the life of the process, ``spin`` while the service works), so the machine
