@@ -5,7 +5,7 @@ for little arithmetic, and torch's kernel (MKL sgemm) re-packs the weight on eve
 2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode step. Packing each
 weight once at load time cuts that; the project's own kernel (kernels/few_row_linear.cpp,
 AVX-512) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed sgemm
-stands in where that kernel cannot be built. The figures are in the README. One-row decode
+stands in where that kernel cannot be built. The figures: README, "On a small CPU". One-row decode
 steps are GEMVs that packing does not help, and long prefills run faster unpacked, so both keep
 torch's own kernel; their numerics do not change.
 """

@@ -56,9 +56,9 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
         help="batch-invariant numerics, so a token's logits have the same bits in a decode, a "
         "prefill chunk or a tree verify and greedy speculation gives target-only's output "
         "exactly: paged attention, and every linear through the few-row kernel (CPU, fp32; "
-        "slower prefill, see the README) or the invariant Triton matmul (CUDA, bf16 or fp32; "
-        "on an H200 a decode step 1.17x the default's on the default model, 1.01x on an 8B "
-        "shape)",
+        "slower prefill) or the invariant Triton matmul (CUDA, bf16 or fp32; on an H200 a "
+        "decode step 1.10x the default's on the default model, 1.02x on an 8B shape). "
+        "Costs: docs/exact-mode.md",
     )
 
 
