@@ -30,7 +30,7 @@ from benchmarks import gpu_spec_phases, gpu_stack, gpu_target_only
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
 from benchmarks.gpu_stack import chat_ids, prompt_set_ids, stack, step_timing, throughput
 from benchmarks.run_record import git_commit, utc_now
-from splitspec import cpu_wake
+from plumbing import cpu_wake
 from splitspec.client import Client
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"

@@ -1,11 +1,11 @@
-"""What CPU idle states add to an RPC (``--keep-cpus-awake``, splitspec/cpu_wake.py).
+"""What CPU idle states add to an RPC (``--keep-cpus-awake``, plumbing/cpu_wake.py).
 
 A gRPC stream echo from a grpc.aio client (the router's kind) to a sync server with a thread
 pool (the services' kind), each in its own process, one call at a time, as three shapes: back
 to back; with the handler busy for 1 ms (a service waiting on its device spins); and with
 that plus 2 ms between calls (the rest of a round elsewhere), where cores have time to idle.
 Each shape runs with nothing held, with a PM QoS hold of 0 us (a holder process) and with idle
-spinners on every CPU (splitspec/cpu_spin.py), in turn, and reports the median of the call's
+spinners on every CPU (plumbing/cpu_spin.py), in turn, and reports the median of the call's
 time beyond the handler's work.
 
     python -m benchmarks.rpc_wake [--repeats 3] [--modes plain qos spin] [--out FILE]
@@ -27,7 +27,7 @@ from pathlib import Path
 import grpc
 
 from benchmarks.run_record import REPO_ROOT, machine_info, utc_now, versions
-from splitspec import cpu_spin, cpu_wake
+from plumbing import cpu_spin, cpu_wake
 from splitspec.launcher import free_ports
 
 SHAPES = [(0.0, 0.0), (1.0, 0.0), (1.0, 2.0)]  # (handler work ms, gap between calls ms)
@@ -96,7 +96,7 @@ def _hold_pm_qos() -> subprocess.Popen:
 
 def run_shapes(mode: str) -> dict[str, float]:
     """The shapes' overheads with nothing held ("plain"), a PM QoS hold of 0 ("qos"), or idle
-    spinners on every CPU ("spin", splitspec/cpu_spin.py)."""
+    spinners on every CPU ("spin", plumbing/cpu_spin.py)."""
     helpers = {"plain": list, "qos": lambda: [_hold_pm_qos()], "spin": cpu_spin.start}[mode]()
     try:
         return {f"work_{w:g}ms_gap_{g:g}ms": measure(w, g) for w, g in SHAPES}

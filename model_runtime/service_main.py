@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from model_runtime.cuda_setup import device_problem
+from plumbing import cpu_wake
 from plumbing.arg_types import port
 from plumbing.errors import StartupRefused
 from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
-from splitspec import cpu_wake
 
 log = logging.getLogger("splitspec")
 

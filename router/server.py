@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import grpc
 
+from plumbing import cpu_wake
 from plumbing.grpc_util import (
     SERVER_OPTIONS,
     add_health_and_reflection_aio,
@@ -39,7 +40,6 @@ from router.target_wait import wait_for_target
 from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
-from splitspec import cpu_wake
 
 log = logging.getLogger("splitspec.router")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Generation"].full_name

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitspec import cpu_wake
+from plumbing import cpu_wake
 from splitspec.serve_flags import add_serve_flags
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 
 from model_runtime.config import DTYPE_CHOICES
-from plumbing import arg_types
-from splitspec import cpu_wake
+from plumbing import arg_types, cpu_wake
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 ROUTER_PORT = 50051  # the router's own default (router/arguments.py)

@@ -1,4 +1,4 @@
-"""What the idle spinners read (splitspec/cpu_activity.py): a process tree's CPU ticks from
+"""What the idle spinners read (plumbing/cpu_activity.py): a process tree's CPU ticks from
 /proc, without the spinners' own subtree, and the busy/idle verdict with its quiet spell. The
 process table here is a folder of stat files laid out as /proc lays them out."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from splitspec.cpu_activity import ActivityWatch, TreeTicks, descendants, read_stat
+from plumbing.cpu_activity import ActivityWatch, TreeTicks, descendants, read_stat
 
 
 def write_stat(proc: Path, pid: int, parent: int, user: int, system: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""--keep-cpus-awake (splitspec/cpu_wake.py): a real router holds the system's PM QoS limit at
+"""--keep-cpus-awake (plumbing/cpu_wake.py): a real router holds the system's PM QoS limit at
 0 us while it runs and drops it when it exits; without access it warns and serves anyway; with
 ``spin`` it keeps a SCHED_IDLE spinner on each CPU, which sleep while it idles, spin while it
 works, and die with it; ``auto`` picks qos only where a cpuidle driver would obey it and the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from splitspec import cpu_wake
+from plumbing import cpu_wake
 from splitspec.launcher import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def _spinners_of(ancestor: int) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue  # gone meanwhile
-            parents[int(entry.name)] = (int(fields[1]), b"splitspec.cpu_spin" in cmdline)
+            parents[int(entry.name)] = (int(fields[1]), b"plumbing.cpu_spin" in cmdline)
 
     def descends(pid: int) -> bool:
         while pid in parents and pid != ancestor:
@@ -140,7 +140,7 @@ def test_a_router_spinning_keeps_an_idle_class_spinner_per_cpu_and_they_die_with
 # quiet), then busy-loops for as long as each line on its stdin says.
 WORKER = """
 import sys, time
-from splitspec import cpu_spin
+from plumbing import cpu_spin
 cpu_spin.start(idle_after_s=1.0)
 print("started", flush=True)
 for line in sys.stdin:

@@ -1,6 +1,6 @@
 """Whether a service is at work, from the CPU time its process tree spends (read from /proc).
 
-The idle spinners (splitspec/cpu_spin.py) spin only while the service that started them works:
+The idle spinners (plumbing/cpu_spin.py) spin only while the service that started them works:
 a serving stack's processes spend a large share of a CPU (a batch-1 GPU round keeps the target
 busy in its device sync, a CPU stack keeps every core busy), an idle one next to nothing. So no
 signal is needed from the services' hot paths; the spinners watch their parent's process tree

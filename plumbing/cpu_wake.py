@@ -11,7 +11,7 @@ to keep them awake:
   poll state (the "latency-performance" profile of tuned does the same for a whole machine).
   It needs write access to the device (root, or a container given it), and a cpuidle driver:
   without one an idle CPU halts whatever the limit.
-- ``spin``: a busy SCHED_IDLE process on every CPU (splitspec/cpu_spin.py), which any waking
+- ``spin``: a busy SCHED_IDLE process on every CPU (plumbing/cpu_spin.py), which any waking
   thread preempts at once. No privilege needed; never under a CPU quota.
 - ``auto`` (the flag alone): ``qos`` where the kernel has a cpuidle driver and the device is
   writable, else ``spin``.
@@ -32,7 +32,7 @@ import logging
 import os
 import struct
 
-from splitspec import cpu_spin
+from plumbing import cpu_spin
 
 log = logging.getLogger("splitspec.cpu_wake")
 

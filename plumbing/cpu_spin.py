@@ -1,7 +1,7 @@
 """Idle spinners: a busy process on each CPU at the lowest scheduling class, so no CPU halts.
 
 Where the kernel has no cpuidle driver (the H200 box is a Firecracker VM without one), an idle
-CPU halts, and PM QoS (splitspec/cpu_wake.py) has no idle state to forbid. A halted vCPU wakes
+CPU halts, and PM QoS (plumbing/cpu_wake.py) has no idle state to forbid. A halted vCPU wakes
 through its host, and each of a round's waits (1-2 ms) ends in such a wake-up: on that box a
 gRPC echo whose handler works for 1 ms cost 0.42-0.64 ms beyond the work, 0.21-0.27 ms with
 spinners, and a batch-1 EAGLE round fell from 4.6 to 3.8-3.9 ms (benchmarks/rpc_wake.py;
@@ -13,7 +13,7 @@ The cost is the whole machine busy: power, and CPU time billed where CPUs are me
 CPU quota (a container's cpu.max, a Kubernetes CPU limit) the spinners' time counts against the
 quota and throttles the service, and an autoscaler reading CPU use sees a full load: they are
 for machines a service has to itself. They spin only while the service works: after
-``IDLE_AFTER_S`` in which its process tree spent next to no CPU (splitspec/cpu_activity.py) they
+``IDLE_AFTER_S`` in which its process tree spent next to no CPU (plumbing/cpu_activity.py) they
 sleep, and wake within a poll or two of its next work (the first round or two of a request
 after a quiet spell run without them). They run at nice 19, so that top and /proc/stat count
 their time as "nice", apart from the service's. The spinners die with the process that started
@@ -30,8 +30,8 @@ import subprocess
 import sys
 import time
 
+from plumbing.cpu_activity import ActivityWatch, TreeTicks
 from plumbing.lifecycle import die_with_parent
-from splitspec.cpu_activity import ActivityWatch, TreeTicks
 
 log = logging.getLogger("splitspec.cpu_spin")
 
@@ -47,7 +47,7 @@ def start(cpus: set[int] | None = None, idle_after_s: float = IDLE_AFTER_S) -> s
     works, until it exits."""
     chosen = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     spinner = subprocess.Popen(
-        [sys.executable, "-m", "splitspec.cpu_spin", str(os.getpid()), ",".join(map(str, chosen)),
+        [sys.executable, "-m", "plumbing.cpu_spin", str(os.getpid()), ",".join(map(str, chosen)),
          str(idle_after_s)],
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
