@@ -51,14 +51,17 @@ def _service_parser(prog: str, add: Callable[[argparse.ArgumentParser], None]):
 
 def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from draft_service.server import add_arguments as draft_args
+    from model_runtime.service_main import service_parser
     from router.server import add_arguments as router_args
     from target_service.arguments import add_arguments as target_args
 
     return [
         *_splitspec_parsers(),
         _service_parser("splitspec router  (python -m router)", router_args),
-        _service_parser("splitspec target  (python -m target_service)", target_args),
-        _service_parser("splitspec draft  (python -m draft_service)", draft_args),
+        # The model services' whole command line: their flags, TLS, logging, the CPUs.
+        ("splitspec target  (python -m target_service)",
+         service_parser("target", None, target_args)),
+        ("splitspec draft  (python -m draft_service)", service_parser("draft", None, draft_args)),
     ]
 
 

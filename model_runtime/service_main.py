@@ -20,6 +20,7 @@ from plumbing import cpu_wake
 from plumbing.arg_types import port
 from plumbing.errors import StartupRefused
 from plumbing.lifecycle import die_with_parent_if_asked
+from plumbing.logs import add_log_flags, setup_logging
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
 
 log = logging.getLogger("splitspec")
@@ -34,6 +35,18 @@ def add_endpoint_flags(parser: argparse.ArgumentParser, default_port: int) -> No
     group.add_argument("--port", type=port, default=default_port, help="0: a free one, logged")
 
 
+def service_parser(
+    name: str, description: str | None, add_arguments: Callable[[argparse.ArgumentParser], None]
+) -> argparse.ArgumentParser:
+    """A model service's whole command line: its own flags, then TLS, logging and the CPUs."""
+    parser = argparse.ArgumentParser(prog=f"splitspec {name}", description=description)
+    add_arguments(parser)
+    add_server_tls_arguments(parser)
+    add_log_flags(parser)
+    cpu_wake.add_argument(parser.add_argument_group("CPUs"))
+    return parser
+
+
 def run_service(
     name: str,
     description: str | None,
@@ -43,12 +56,9 @@ def run_service(
     argv: list[str] | None = None,
 ) -> None:
     die_with_parent_if_asked()
-    parser = argparse.ArgumentParser(prog=f"splitspec {name}", description=description)
-    add_arguments(parser)
-    add_server_tls_arguments(parser)
-    cpu_wake.add_argument(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    parser = service_parser(name, description, add_arguments)
     args = parser.parse_args(argv)
+    setup_logging(name, args.log_level, args.log_format)
     cpu_wake.apply(args.keep_cpus_awake)
     problem = device_problem(args.device) if args.device else ""  # None: the service picks
     if problem:

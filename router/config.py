@@ -33,6 +33,7 @@ class RouterConfig:
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
     kv_policy: str = "reserve"  # or "retract": admit on the prefill, retract under pressure
     adaptive_speculation: bool = False  # speculate only where measured faster (spec_switch.py)
+    log_requests: bool = False  # a log line per finished request (request_log.py)
     decode_steps: int = 0  # most steps of a target-only decode Forward; 0: the target's max
 
     def __post_init__(self) -> None:

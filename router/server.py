@@ -17,10 +17,11 @@ from plumbing.grpc_util import (
     bind_or_exit,
 )
 from plumbing.lifecycle import die_with_parent_if_asked
+from plumbing.logs import setup_logging
 from plumbing.security import ClientTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
-from router import admission, auth, secure, shutdown
+from router import admission, auth, secure, shutdown, telemetry
 from router.admission import AdmissionLimits
 from router.arguments import add_arguments, config_from_args
 from router.config import RouterConfig
@@ -30,6 +31,7 @@ from router.http_server import start_http
 from router.kv_manager import KVManager
 from router.multi_step import capped_steps
 from router.radix_cache import RadixCache
+from router.request_log import RequestLog
 from router.scheduler import Scheduler
 from router.servicer import GenerationServicer
 from router.slot_allocator import SlotAllocator
@@ -135,6 +137,8 @@ async def serve(
     admit: AdmissionLimits | None = None,
 ) -> None:
     security, admit = security or secure.RouterSecurity(), admit or AdmissionLimits()
+    if config.log_requests:
+        telemetry.install(RequestLog())
     tokenizer = Tokenizer.from_model_path(str(config.model_path))
     tls = security.internal_tls
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
@@ -193,10 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
     parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
     add_arguments(parser)
-    cpu_wake.add_argument(parser)
     args = parser.parse_args(argv)
-    level = getattr(logging, args.log_level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+    setup_logging("router", args.log_level, args.log_format)
     cpu_wake.apply(args.keep_cpus_awake)
     config = config_from_args(args)
     asyncio.run(serve(config, secure.security_from_args(args), admission.limits_from_args(args)))

@@ -44,8 +44,40 @@ def observer() -> Observer:
 
 
 def install(new: Observer) -> None:
+    """Adds ``new`` beside the observers installed before it (metrics, the request log)."""
     global _observer
-    _observer = new
+    _observer = new if type(_observer) is Observer else FanOut(_observer, new)
+
+
+class FanOut(Observer):
+    """Two observers in turn (nested for more)."""
+
+    def __init__(self, first: Observer, second: Observer) -> None:
+        self.pair = (first, second)
+
+    def tokens_committed(self, req: Any, num_tokens: int, now: float) -> None:
+        for o in self.pair:
+            o.tokens_committed(req, num_tokens, now)
+
+    def request_finished(self, req: Any, reason: int, now: float) -> None:
+        for o in self.pair:
+            o.request_finished(req, reason, now)
+
+    def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
+        for o in self.pair:
+            o.tree_verified(num_draft_tokens, num_accepted)
+
+    def target_call(self, method: str, device_ms: float) -> None:
+        for o in self.pair:
+            o.target_call(method, device_ms)
+
+    def draft_call(self, address: str, method: str, seconds: float) -> None:
+        for o in self.pair:
+            o.draft_call(address, method, seconds)
+
+    def draft_failure(self, address: str, reason: str) -> None:
+        for o in self.pair:
+            o.draft_failure(address, reason)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from plumbing import cpu_wake
+from plumbing.logs import setup_logging
 from splitspec.serve_flags import add_serve_flags
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it
@@ -26,6 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if not _prepare(args):
         return 2
+    setup_logging("serve", args.log_level, args.log_format)
     cpu_wake.apply(args.keep_cpus_awake)
     stack = _local_stack(args)
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
@@ -85,8 +87,13 @@ def _local_stack(args: argparse.Namespace) -> LocalStack:
         router_args += ["--http-port", str(args.http_port)]
     if args.adaptive_speculation:
         router_args.append("--adaptive-speculation")
+    if args.log_requests:
+        router_args.append("--log-requests")
+    log_flags = ["--log-level", args.log_level, "--log-format", args.log_format]
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
-    return LocalStack(target_args, router_args, log_dir=log_dir, draft_args=_draft_args(args),
+    drafts = [[*draft, *log_flags] for draft in _draft_args(args)]
+    return LocalStack([*target_args, *log_flags], [*router_args, *log_flags], log_dir=log_dir,
+                      draft_args=drafts,
                       http=not args.http_port,  # no port given: the launcher picks a free one
                       router_port=args.port)  # fmt: skip
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from model_runtime.config import DTYPE_CHOICES
 from plumbing import arg_types, cpu_wake
+from plumbing.logs import add_log_flags
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
@@ -17,6 +18,10 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _add_endpoint_flags(p.add_argument_group("endpoints"))
     _add_speculation_flags(p.add_argument_group("speculation"))
     _add_demo_flags(p.add_argument_group("demo"))
+    logging = add_log_flags(p, level_help="the services' least severe lines logged (their "
+                            "logs: the folder serve prints at start)")  # fmt: skip
+    logging.add_argument("--log-requests", action="store_true",
+                         help="the router logs a line per finished request")  # fmt: skip
     start = p.add_argument_group("start-up")
     _add_start_flags(start)
     cpu_wake.add_argument(start)  # held by this process, for every service it starts

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,23 +190,38 @@ def test_pods_run_as_non_root_with_a_read_only_root(profile_objects) -> None:
         assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/tmp", "/var/cache/splitspec"}
 
 
-def _parser(add_arguments: Callable[[argparse.ArgumentParser], None]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    add_arguments(parser)
-    return parser
-
-
-def test_rendered_flags_parse_in_each_service(profile_objects) -> None:
+def service_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each service's whole command line, as its process parses it."""
     from draft_service.server import add_arguments as draft_arguments
+    from model_runtime.service_main import service_parser
     from router.server import add_arguments as router_arguments
     from target_service.arguments import add_arguments as target_arguments
 
+    router = argparse.ArgumentParser(exit_on_error=False)
+    router_arguments(router)
+    return {
+        "router": router,
+        "target": service_parser("target", None, target_arguments),
+        "draft": service_parser("draft", None, draft_arguments),
+    }
+
+
+def test_rendered_flags_parse_in_each_service(profile_objects) -> None:
     _, objects = profile_objects
-    parsers = {"router": router_arguments, "target": target_arguments, "draft": draft_arguments}
-    for component, add in parsers.items():
-        args = service_args(objects, component)
-        parsed = _parser(add).parse_args(args)
+    for component, parser in service_parsers().items():
+        parsed = parser.parse_args(service_args(objects, component))
         assert parsed.host == "0.0.0.0", component
+        assert (parsed.log_format, parsed.log_level) == ("text", "info"), component
+
+
+def test_json_logs_and_the_request_log_reach_every_service() -> None:
+    objects = render({"logging": {"format": "json", "level": "debug", "requests": True}})
+    for component, parser in service_parsers().items():
+        parsed = parser.parse_args(service_args(objects, component))
+        assert (parsed.log_format, parsed.log_level) == ("json", "debug"), component
+    assert "--log-requests" in service_args(objects, "router")
+    with pytest.raises(Exception, match="format"):  # the schema refuses what the flag would
+        render({"logging": {"format": "xml"}})
 
 
 def test_without_drafts_the_router_decodes_target_only() -> None:

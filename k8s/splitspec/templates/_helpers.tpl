@@ -53,6 +53,8 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if .Values.tls.enabled }} --tls-cert /etc/splitspec/tls/tls.crt --tls-key /etc/splitspec/tls/tls.key{{ end }}
 {{- if .Values.apiKey.enabled }} --api-key-file /etc/splitspec/api-key/api-key{{ end }}
 {{- range .Values.monitoring.routerArgs }} {{ . | quote }}{{ end }}
+{{- include "splitspec.logArgs" . }}
+{{- if .Values.logging.requests }} --log-requests{{ end }}
 {{- range $r.extraArgs }} {{ . | quote }}{{ end }}
 {{- end -}}
 
@@ -60,6 +62,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- $t := .Values.target -}}
 --host 0.0.0.0 --port {{ int $t.port }} --device {{ $t.device }} --dtype {{ $t.dtype }} --num-slots {{ int $t.numSlots }}
 {{- include "splitspec.modelArgs" . }}
+{{- include "splitspec.logArgs" . }}
 {{- range $t.extraArgs }} {{ . | quote }}{{ end }}
 {{- end -}}
 
@@ -71,7 +74,13 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if $d.numDraftTokens }} --num-draft-tokens {{ int $d.numDraftTokens }}{{ end }}
 {{- include "splitspec.modelArgs" . }}
 {{- if $d.eagleHead }} --eagle-head {{ $d.eagleHead | quote }}{{ end }}
+{{- include "splitspec.logArgs" . }}
 {{- range $d.extraArgs }} {{ . | quote }}{{ end }}
+{{- end -}}
+
+{{/* Every service logs alike (values.logging). */}}
+{{- define "splitspec.logArgs" -}}
+{{- " " }}--log-format {{ .Values.logging.format }} --log-level {{ .Values.logging.level }}
 {{- end -}}
 
 {{/* Native gRPC probes (numeric ports: a named port fails the API schema). */}}

@@ -1,0 +1,76 @@
+"""Logging (plumbing/logs.py): --log-format json makes every process's log one JSON object a
+line, and the router's --log-requests adds a line per finished request keyed by its id; a real
+stack (target, an n-gram replica, router) on the tiny model writes them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from plumbing.logs import JsonFormatter, add_log_flags
+from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
+    Router,
+    ids_request,
+    running_stack,
+    tiny_model_dir_fixture,
+)
+
+pytestmark = pytest.mark.timeout(180)
+JSON = ["--log-format", "json"]
+
+
+def record(message: str, exc_info=None, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("splitspec.test", logging.WARNING, __file__, 1, message, (), exc_info)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_json_line_carries_the_request_id_and_exception() -> None:
+    formatter = JsonFormatter("router")
+    line = json.loads(formatter.format(record("slow %s", request_id="r-1")))
+    assert line["message"] == "slow %s" and line["request_id"] == "r-1"
+    assert (line["level"], line["service"]) == ("warning", "router")
+    assert line["logger"] == "splitspec.test"
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        failed = record("failed", exc_info=sys.exc_info())
+    assert "RuntimeError: boom" in json.loads(formatter.format(failed))["exception"]
+
+
+def test_a_bad_log_format_variable_is_a_usage_error(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SPLITSPEC_LOG_FORMAT", "xml")
+    parser = argparse.ArgumentParser()
+    add_log_flags(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([])
+    assert exit_info.value.code == 2
+    assert "'xml' (from --log-format or $SPLITSPEC_LOG_FORMAT)" in capsys.readouterr().err
+    assert parser.parse_args(["--log-format", "text"]).log_format == "text"
+
+
+def test_a_stack_logs_json_and_a_line_per_request(tmp_path: Path, tiny_model_dir: Path) -> None:
+    drafts = [["--method", "ngram", *JSON]]
+    router_args = [*JSON, "--log-requests"]
+    prompt = [5, 6, 7, 8, 9] * 4  # repeats: the n-gram drafter proposes, so rounds verify
+    with running_stack(tmp_path, tiny_model_dir, drafts, JSON, router_args) as (_, router):
+        stream = router.generate(ids_request(prompt, 12, True, request_id="logged-1"))
+    logs = {path.stem: path.read_text().splitlines() for path in tmp_path.glob("*.log")}
+    assert {"target", "router"} <= set(logs) and len(logs) == 3, sorted(logs)
+    lines = {name: [json.loads(text) for text in texts] for name, texts in logs.items()}
+    for name, parsed in lines.items():
+        assert parsed, f"{name} logged nothing"
+        assert all({"time", "level", "service", "message"} <= set(p) for p in parsed), name
+    finished = [p for p in lines["router"] if p["logger"] == "splitspec.requests"]
+    assert len(finished) == 1, finished
+    line = finished[0]
+    assert line["request_id"] == "logged-1" and line["service"] == "router"
+    assert line["completion_tokens"] == len(stream.token_ids) == 12
+    assert line["prompt_tokens"] == len(prompt) and line["finish_reason"] == "length"
+    assert 0 < line["ttft_ms"] <= line["total_ms"]
+    assert line.get("verify_steps", 0) == stream.final.speculation.verify_steps
