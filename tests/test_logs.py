@@ -8,11 +8,14 @@ import argparse
 import json
 import logging
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from plumbing.logs import JsonFormatter, add_log_flags
+from splitspec.launcher import free_port
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     Router,
     ids_request,
@@ -56,10 +59,19 @@ def test_a_bad_log_format_variable_is_a_usage_error(monkeypatch, capsys) -> None
 
 def test_a_stack_logs_json_and_a_line_per_request(tmp_path: Path, tiny_model_dir: Path) -> None:
     drafts = [["--method", "ngram", *JSON]]
-    router_args = [*JSON, "--log-requests"]
+    http_port = free_port()  # metrics on too: the request log is a second observer beside them
+    router_args = [*JSON, "--log-requests", "--http-port", str(http_port)]
     prompt = [5, 6, 7, 8, 9] * 4  # repeats: the n-gram drafter proposes, so rounds verify
     with running_stack(tmp_path, tiny_model_dir, drafts, JSON, router_args) as (_, router):
         stream = router.generate(ids_request(prompt, 12, True, request_id="logged-1"))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10)
+        finished = [
+            s.value
+            for family in text_string_to_metric_families(metrics.read().decode())
+            for s in family.samples
+            if s.name == "splitspec:request_success_total"
+        ]
+    assert sum(finished) == 1, finished
     logs = {path.stem: path.read_text().splitlines() for path in tmp_path.glob("*.log")}
     assert {"target", "router"} <= set(logs) and len(logs) == 3, sorted(logs)
     lines = {name: [json.loads(text) for text in texts] for name, texts in logs.items()}
