@@ -8,7 +8,7 @@ from pathlib import Path
 from plumbing import cpu_wake
 from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, port
 from plumbing.logs import add_log_flags
-from router import admission, secure
+from router import admission, secure, tracing
 from router.config import RouterConfig
 from router.discovery import split_host_port
 from router.http_server import add_http_arguments
@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a line per finished request: id, finish reason, tokens, queue time, TTFT, total "
         "time, acceptance (json fields with --log-format json)",
     )
+    tracing.add_arguments(parser)
     cpu_wake.add_argument(parser.add_argument_group("CPUs"))
 
 
@@ -166,6 +167,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         adaptive_speculation=args.adaptive_speculation,
         log_requests=args.log_requests,
         decode_steps=args.decode_steps,
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
+        otlp_service_name=args.otlp_service_name,
     )
 
 

@@ -38,6 +38,7 @@ class Request:
     prompt_ids: list[int]
     options: SamplingOptions
     speculate: bool | None = None
+    trace_parent: str | None = None  # the client's W3C traceparent (router/request_spans.py)
     arrival: float = field(default_factory=time.perf_counter)
     match_node: Any = None
     cached_len: int = 0

@@ -21,7 +21,7 @@ from plumbing.logs import setup_logging
 from plumbing.security import ClientTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc, target_pb2
-from router import admission, auth, secure, shutdown, telemetry
+from router import admission, auth, secure, shutdown, telemetry, tracing
 from router.admission import AdmissionLimits
 from router.arguments import add_arguments, config_from_args
 from router.config import RouterConfig
@@ -144,6 +144,7 @@ async def serve(
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
     target = TargetClient(config.target_address, config.rpc_timeout_s, tls)
     info = await target.info()
+    spans = tracing.start(config, config.served_model_name or info.model_name)  # None: off
     router_decode_steps = config.decode_steps
     config = fit_to_target(config, info)
     fresh_kv = kv_factory(config)
@@ -183,7 +184,11 @@ async def serve(
         ),
         *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }
-    await first_to_end(tasks)
+    try:
+        await first_to_end(tasks)
+    finally:
+        if spans is not None:  # the spans still queued leave before the process does
+            spans.stop()
 
 
 async def first_to_end(tasks: set[asyncio.Task]) -> None:

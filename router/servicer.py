@@ -45,7 +45,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         if isinstance(request, Unparsable):  # router/strict_parse.py
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         try:
-            req = self._build(request)
+            req = self._build(request, _trace_parent(context))
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded, DuplicateRequest, ServiceFailure) as err:
             # Status and return, not abort(): no exception through gRPC's handler, a third less
@@ -108,7 +108,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             multi_step_forwards=s.multi_step.num_forwards,
         )
 
-    def _build(self, request: pb.GenerateRequest) -> Request:
+    def _build(self, request: pb.GenerateRequest, trace_parent: str | None = None) -> Request:
         self.scheduler.check_queue()  # a full queue refuses before any tokenizing
         check_fields(request, self.admit)
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
@@ -122,4 +122,13 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 "shorten the prompt or max_new_tokens"
             )
         speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None
-        return Request(request.request_id or uuid.uuid4().hex, ids, options, speculate)
+        request_id = request.request_id or uuid.uuid4().hex
+        return Request(request_id, ids, options, speculate, trace_parent=trace_parent)
+
+
+def _trace_parent(context: grpc.aio.ServicerContext) -> str | None:
+    """The caller's W3C traceparent, which the request's span continues (request_spans.py)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return value
+    return None

@@ -92,7 +92,7 @@ class OpenAIServer:
             if parsed.model is not None and parsed.model != self.model_name:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")
-            req = self._submit(parsed.generate)
+            req = self._submit(parsed.generate, request.headers.get("traceparent"))
         except ApiError as err:
             return _error(err)
         reply = Reply(chat, self.model_name, parsed.include_usage)
@@ -112,9 +112,9 @@ class OpenAIServer:
         if not self.key_checker(key):
             raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
 
-    def _submit(self, generate: pb.GenerateRequest) -> Request:
+    def _submit(self, generate: pb.GenerateRequest, trace_parent: str | None) -> Request:
         try:
-            req = self.servicer._build(generate)  # the gRPC API's own validation
+            req = self.servicer._build(generate, trace_parent)  # the gRPC API's own validation
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded) as err:
             raise from_router_error(err) from err
