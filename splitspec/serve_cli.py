@@ -89,6 +89,9 @@ def _local_stack(args: argparse.Namespace) -> LocalStack:
         router_args.append("--adaptive-speculation")
     if args.log_requests:
         router_args.append("--log-requests")
+    if args.otlp_traces_endpoint:
+        router_args += ["--otlp-traces-endpoint", args.otlp_traces_endpoint,
+                        "--otlp-service-name", args.otlp_service_name]  # fmt: skip
     log_flags = ["--log-level", args.log_level, "--log-format", args.log_format]
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
     drafts = [[*draft, *log_flags] for draft in _draft_args(args)]

@@ -22,6 +22,7 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
                             "logs: the folder serve prints at start)")  # fmt: skip
     logging.add_argument("--log-requests", action="store_true",
                          help="the router logs a line per finished request")  # fmt: skip
+    _add_tracing_flags(p.add_argument_group("tracing"))
     start = p.add_argument_group("start-up")
     _add_start_flags(start)
     cpu_wake.add_argument(start)  # held by this process, for every service it starts
@@ -136,6 +137,14 @@ def _add_demo_flags(group: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="stop every service after the demo instead of serving on",
     )
+
+
+def _add_tracing_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--otlp-traces-endpoint", default="", metavar="HOST:PORT",
+                       help="the router sends a span per request to this OTLP/gRPC collector "
+                       "(see the router's flag); empty (default): no tracing")  # fmt: skip
+    group.add_argument("--otlp-service-name", default="splitspec-router",
+                       help="service.name of the router's spans")  # fmt: skip
 
 
 def _add_start_flags(group: argparse._ArgumentGroup) -> None:

@@ -224,6 +224,16 @@ def test_json_logs_and_the_request_log_reach_every_service() -> None:
         render({"logging": {"format": "xml"}})
 
 
+def test_tracing_reaches_the_router_only_when_an_endpoint_is_set() -> None:
+    assert "--otlp-traces-endpoint" not in service_args(render({}), "router")
+    objects = render({"tracing": {"endpoint": "otel-collector.observability:4317"}})
+    parsed = service_parsers()["router"].parse_args(service_args(objects, "router"))
+    assert parsed.otlp_traces_endpoint == "otel-collector.observability:4317"
+    assert parsed.otlp_service_name == "splitspec-router"
+    with pytest.raises(helm.HelmValuesError, match="tracing"):  # the schema refuses a typo
+        render({"tracing": {"endpiont": "collector:4317"}})
+
+
 def test_without_drafts_the_router_decodes_target_only() -> None:
     objects = render({"draft": {"enabled": False}})
     assert not [k for k in objects if k[1] == name("draft")]

@@ -4,8 +4,10 @@ process; a client's traceparent continues into it; a collector that is down cost
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -23,6 +25,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from router.request_spans import WallClock
 from splitspec.launcher import free_port
+from splitspec.serve_cli import _local_stack
+from splitspec.serve_flags import add_serve_flags
 from tests.helpers.rpc import Stream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     ids_request,
@@ -192,3 +196,13 @@ def test_a_router_without_tracing_imports_no_opentelemetry() -> None:
     loaded = json.loads(result.stdout.splitlines()[-1])
     assert not [m for m in loaded if m.startswith("opentelemetry")]
 
+
+def test_splitspec_serve_passes_the_tracing_flags_to_its_router() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_flags(parser)
+    flags = ["--otlp-traces-endpoint", "collector:4317", "--otlp-service-name", "edge"]
+    stack = _local_stack(parser.parse_args(flags))  # built, not started
+    if stack.log_dir is not None:
+        shutil.rmtree(stack.log_dir)
+    command = " ".join(stack.router.command)
+    assert "--otlp-traces-endpoint collector:4317 --otlp-service-name edge" in command

@@ -55,6 +55,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- range .Values.monitoring.routerArgs }} {{ . | quote }}{{ end }}
 {{- include "splitspec.logArgs" . }}
 {{- if .Values.logging.requests }} --log-requests{{ end }}
+{{- with .Values.tracing }}{{ if .endpoint }} --otlp-traces-endpoint {{ .endpoint | quote }} --otlp-service-name {{ .serviceName | quote }}{{ end }}{{ end }}
 {{- range $r.extraArgs }} {{ . | quote }}{{ end }}
 {{- end -}}
 
