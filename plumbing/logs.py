@@ -21,6 +21,7 @@ TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"
 EXTRA_FIELDS = (
     "request_id", "replica", "prompt_tokens", "completion_tokens", "cached_tokens",
     "finish_reason", "queue_ms", "ttft_ms", "total_ms", "verify_steps", "acceptance_length",
+    "error",
 )  # fmt: skip
 
 

@@ -65,6 +65,7 @@ class RouterMetrics(telemetry.Observer):
         self.prompt_hist = hist("request_prompt_tokens", "Prompt tokens.", TOKEN_BUCKETS)
         self.gen_hist = hist("request_generation_tokens", "Completion tokens.", TOKEN_BUCKETS)
         self.success = count("request_success", "Finished requests.", ("finished_reason",))
+        self.failure = count("request_failure", "Requests ended by a server error.")
         self.prompt_tokens = count("prompt_tokens", "Prompt tokens of finished requests.")
         self.generation_tokens = count("generation_tokens", "Tokens generated and streamed.")
         self.cache_queries = count("prefix_cache_queries", "Prompt tokens looked up.")
@@ -117,6 +118,10 @@ class RouterMetrics(telemetry.Observer):
             self.queue.labels(name).observe(req.first_scheduled - req.arrival)
         if req.first_token is not None:
             self.ttft.labels(name).observe(req.first_token - req.arrival)
+
+    def request_failed(self, req: Any, message: str, now: float) -> None:
+        self._last_emit.pop(req.request_id, None)
+        self._child(self.failure).inc()
 
     def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
         self._child(self.drafts).inc()

@@ -1,5 +1,6 @@
 """`--log-requests`: one log line when a request ends (an access log), with its id, token
-counts, finish reason, timings and speculation; with `--log-format json` each is a field."""
+counts, finish reason, timings and speculation; with `--log-format json` each is a field. A
+request a server error ended (the target lost, a failed step) gets a warning with the error."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ class RequestLog(Observer):
             fields["request_id"], fields["finish_reason"], fields["prompt_tokens"],
             fields["cached_tokens"], fields["completion_tokens"], fields["ttft_ms"],
             fields["total_ms"], extra=fields,
+        )  # fmt: skip
+
+
+    def request_failed(self, req: Any, message: str, now: float) -> None:
+        fields = request_fields(req, pb.FINISH_REASON_ABORT, now)
+        fields["error"] = message
+        log.warning(
+            "request %s failed after %d generated tokens, %.1f ms: %s",
+            req.request_id, fields["completion_tokens"], fields["total_ms"], message,
+            extra=fields,
         )  # fmt: skip
 
 

@@ -49,13 +49,19 @@ class RequestSpans(Observer):
         self.clock = clock or WallClock.now()
 
     def request_finished(self, req: Any, reason: int, now: float) -> None:
+        self._safely(req, reason, now, "aborted (Abort, cancellation or an error)")
+
+    def request_failed(self, req: Any, message: str, now: float) -> None:
+        self._safely(req, pb.FINISH_REASON_ABORT, now, message)
+
+    def _safely(self, req: Any, reason: int, now: float, error: str) -> None:
         # Called inside a scheduler step: a bug here must cost one span, not the step's requests.
         try:
-            self._record(req, reason, now)
+            self._record(req, reason, now, error)
         except Exception:
             log.exception("tracing: no span for request %s", req.request_id)
 
-    def _record(self, req: Any, reason: int, now: float) -> None:
+    def _record(self, req: Any, reason: int, now: float, error: str) -> None:
         ns = self.clock.ns
         # An empty Context, not the current one: without a traceparent the trace starts here.
         parent = W3C.extract({"traceparent": req.trace_parent}) if req.trace_parent else Context()
@@ -68,7 +74,7 @@ class RequestSpans(Observer):
         for name, start, end in phases(req, now):
             self.tracer.start_span(name, inside, start_time=ns(start)).end(ns(end))
         if reason == pb.FINISH_REASON_ABORT:
-            span.set_status(trace.StatusCode.ERROR, "aborted (Abort, cancellation or an error)")
+            span.set_status(trace.StatusCode.ERROR, error)
         span.end(ns(now))
 
 

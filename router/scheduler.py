@@ -118,10 +118,7 @@ class Scheduler:
         self.kv = self.spec.kv = kv
 
     async def fail_all(self, message: str) -> None:
-        reqs = [*self.running, *self.waiting]
-        for req in reqs:
-            req.outbox.put_nowait(ServiceFailure(message))
-        await self._finish(reqs, cache=False)
+        await self._fail_requests([*self.running, *self.waiting], message)
 
     async def run(self) -> None:
         while True:
@@ -291,7 +288,12 @@ class Scheduler:
 
     async def _fail(self, plan: list[Planned], message: str) -> None:
         log.error("%s; failing %d requests", message, len(plan))
-        for p in plan:
-            p.req.outbox.put_nowait(ServiceFailure(message))
+        await self._fail_requests([p.req for p in plan], message)
+
+    async def _fail_requests(self, reqs: list[Request], message: str) -> None:
+        now = time.perf_counter()
+        for req in reqs:
+            req.outbox.put_nowait(ServiceFailure(message))
+            telemetry.observer().request_failed(req, message, now)
         # KV written by a failed step is not trusted: nothing of these requests is cached.
-        await self._finish([p.req for p in plan], cache=False)
+        await self._finish(reqs, cache=False)

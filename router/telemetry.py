@@ -23,6 +23,9 @@ class Observer:
     def request_finished(self, req: Any, reason: int, now: float) -> None:
         """``req`` ended with FinishReason ``reason``; its counters are final."""
 
+    def request_failed(self, req: Any, message: str, now: float) -> None:
+        """``req`` ended with a server error (the target lost, a step failed): ``message``."""
+
     def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
         """One verify step of one request: drafts sent, drafts the target accepted."""
 
@@ -62,6 +65,10 @@ class FanOut(Observer):
     def request_finished(self, req: Any, reason: int, now: float) -> None:
         for o in self.pair:
             o.request_finished(req, reason, now)
+
+    def request_failed(self, req: Any, message: str, now: float) -> None:
+        for o in self.pair:
+            o.request_failed(req, message, now)
 
     def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
         for o in self.pair:

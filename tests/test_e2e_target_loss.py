@@ -9,6 +9,7 @@ refuses to serve one whose limits no longer fit what it was built on
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -63,12 +64,13 @@ def wait_for(predicate, timeout_s: float, what: str) -> float:
 def pair(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
 ) -> Iterator[tuple[LocalStack, Router]]:
-    """One stack for both tests (a start saved): a target of STEPS decode steps a Forward."""
+    """One stack for both tests (a start saved): a target of STEPS decode steps a Forward; the
+    router logs a JSON line per request that ends (--log-requests), failures included."""
     log_dir = tmp_path_factory.mktemp("target-loss")
-    with running_stack(log_dir, tiny_model_dir, target_args=["--decode-steps", str(STEPS)]) as (
-        stack,
-        router,
-    ):
+    target_args = ["--decode-steps", str(STEPS)]
+    router_args = ["--log-requests", "--log-format", "json"]
+    with running_stack(log_dir, tiny_model_dir, target_args=target_args,
+                       router_args=router_args) as (stack, router):  # fmt: skip
         yield stack, router
 
 
@@ -150,6 +152,11 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
     assert refused_while_draining.code() == grpc.StatusCode.UNAVAILABLE
     assert "shutting down" in refused_while_draining.details()
     assert exit_code == 0
+    # The request log saw each stream the target's loss ended, as a warning with the error.
+    lines = [json.loads(line) for line in (stack.log_dir / "router.log").read_text().splitlines()]
+    failed = [x for x in lines if x["logger"] == "splitspec.requests" and x["level"] == "warning"]
+    assert len(failed) == len(long), failed
+    assert all("target" in x["error"] and x["finish_reason"] == "abort" for x in failed), failed
 
 
 def graceful_shutdown(stack, reqs) -> tuple[list, grpc.RpcError, int | None]:
