@@ -25,7 +25,9 @@ build() {  # target tag
 }
 
 if [ -z "${KEEP_BASE:-}" ] || ! podman image exists "$BASE"; then step base; fi
-if ! ls deploy/wheelhouse/torch-*.whl >/dev/null 2>&1; then step deploy/build-wheelhouse.sh; fi
+# Every time: pip skips the wheels already there, and a wheelhouse from an older pyproject gets
+# the dependencies added since (the router's OpenTelemetry ones were missing from one).
+step deploy/build-wheelhouse.sh
 step build python localhost/splitspec-python:0.1.0  # the shared stage, once
 # Both images at once: one mostly unpacks wheels while the other commits layers.
 step build router localhost/splitspec-router:0.1.0 &
