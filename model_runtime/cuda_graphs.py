@@ -14,6 +14,7 @@ from typing import TypeVar
 import torch
 
 from model_runtime.device_clock import DeviceClock
+from plumbing.logs import progress_bars
 
 log = logging.getLogger("splitspec.graphs")
 # A graph's shape: the arguments of the runner's body that it was captured with.
@@ -93,4 +94,6 @@ def progress(items: list, description: str):
         from tqdm import tqdm
     except ImportError:  # tqdm is a dependency; stay quiet rather than fail without it
         return items
-    return tqdm(items, desc=description, unit="graph", leave=False)
+    # Under --log-format json the bar would break the one-object-a-line stream; the log line
+    # after the capture still says how many graphs took how long.
+    return tqdm(items, desc=description, unit="graph", leave=False, disable=not progress_bars())

@@ -55,10 +55,19 @@ def log_format(value: str) -> str:
     return value
 
 
+_bars = {"on": True}  # progress bars on stderr; off under json, where a pipeline reads stderr
+
+
+def progress_bars() -> bool:
+    """Whether long work (graph capture) may draw a progress bar: not among JSON lines."""
+    return _bars["on"]
+
+
 def setup_logging(service: str, level: str = "info", fmt: str = "text") -> None:
     """Replaces the root logger's handlers with one on stderr in ``fmt``."""
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r}: one of {', '.join(FORMATS)}")
+    _bars["on"] = fmt == "text"
     handler = logging.StreamHandler()
     formatter = JsonFormatter(service) if fmt == "json" else logging.Formatter(TEXT_FORMAT)
     handler.setFormatter(formatter)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -86,3 +87,18 @@ def test_a_stack_logs_json_and_a_line_per_request(tmp_path: Path, tiny_model_dir
     assert line["prompt_tokens"] == len(prompt) and line["finish_reason"] == "length"
     assert 0 < line["ttft_ms"] <= line["total_ms"]
     assert line.get("verify_steps", 0) == stream.final.speculation.verify_steps
+
+
+def test_json_logs_draw_no_progress_bars() -> None:
+    """A bar's carriage returns on stderr would break a one-object-a-line log stream; the
+    graph capture's bar (model_runtime/cuda_graphs.progress) asks progress_bars() first."""
+    probe = (
+        "from plumbing.logs import progress_bars, setup_logging\n"
+        "from model_runtime.cuda_graphs import progress\n"
+        "before = progress_bars(); setup_logging('target', 'info', '{fmt}')\n"
+        "print(before, progress_bars(), progress([1], 'graphs').disable)\n"
+    )
+    for fmt, expected in (("json", "True False True"), ("text", "True True False")):
+        out = subprocess.run([sys.executable, "-c", probe.format(fmt=fmt)], capture_output=True,
+                             text=True, timeout=120, check=True).stdout.split()
+        assert " ".join(out) == expected, (fmt, out)
