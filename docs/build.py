@@ -70,7 +70,7 @@ def _cell(text: object) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.default in (None, argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
+    if action.default in (None, "", argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
         return ""
     if action.default == [] or action.default is False:
         return "off" if action.default is False else ""
