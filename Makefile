@@ -42,7 +42,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy router splitspec target_service draft_service model_runtime plumbing kernels
+	$(BIN)/mypy router splitspec target_service draft_service model_runtime plumbing kernels benchmarks
 
 clean:
 	rm -rf $(VENV)

@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     with torch.inference_mode():
         for text in args.shapes:
             shape = TreeShape(*map(int, text.split(",")))
-            row = {"tree": list(map(int, text.split(",")))}
+            row: dict[str, Any] = {"tree": list(map(int, text.split(",")))}
             for name, data in sets.items():
                 found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare,
                                  group_size=args.batch)

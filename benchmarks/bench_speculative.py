@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from protos import generation_pb2 as pb
 from splitspec.client import Client
@@ -175,7 +176,7 @@ def run_setting(setting: Setting, args: argparse.Namespace, datasets: dict[str, 
         with Client(stack.router_address) as client:
             final_item(client, chat_request("Warm up.", 8, True, ignore_eos=True))
             speed = batch1_speed(client, datasets["speed"], args.speed_tokens)
-            out = {
+            out: dict[str, Any] = {
                 "setting": setting.__dict__,
                 "eagle_head": str(head) if head and setting.method == "eagle" else None,
                 "hot_vocab": hot_vocab_size(head) if setting.method == "eagle" else None,

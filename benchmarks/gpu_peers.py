@@ -13,7 +13,8 @@ def _hf(gguf: Path, dtype: torch.dtype = torch.bfloat16):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
-    return model.to("cuda").eval()
+    # transformers' wrapper of Module.to types its first argument as a model, not a device
+    return model.to("cuda").eval()  # type: ignore[arg-type]
 
 
 def _cuda_ids(ids: list[int]) -> torch.Tensor:

@@ -41,11 +41,17 @@ def main() -> None:
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, True)  # warm-up
         services = {"router": s.router, "target": s.target, "draft": s.drafts[0]}
-        spies = {name: profile(svc.process.pid, args.seconds, args.out_dir / f"{name}.txt")
+        spies = {name: profile(svc.started.pid, args.seconds, args.out_dir / f"{name}.txt")
                  for name, svc in services.items()}  # fmt: skip
         before = step_timing(client, kind="speculative")
         stop = threading.Event()
-        done = threading.Thread(target=lambda: [p.wait() for p in spies.values()] and stop.set())
+
+        def stop_when_spies_end() -> None:
+            for spy in spies.values():
+                spy.wait()
+            stop.set()
+
+        done = threading.Thread(target=stop_when_spies_end)
         done.start()
         runs = 0
         while not stop.is_set() and runs < len(prompts):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from benchmarks.common import run_concurrent
 from benchmarks.gpu_stack import greedy_requests, server_status, stack, step_timing, throughput
@@ -14,7 +15,7 @@ from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
 # A chain first (top-1 at every level: EAGLE without a tree), then trees up to the default.
-TREE_SHAPES = [(8, 1, 9), (5, 4, 16), (6, 6, 32), (8, 8, 64)]
+TREE_SHAPES: list[tuple[int, int, int]] = [(8, 1, 9), (5, 4, 16), (6, 6, 32), (8, 8, 64)]
 
 
 def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[dict]:
@@ -23,10 +24,11 @@ def tree_shapes(prompts: list[list[int]], max_new: int, attention: str) -> list[
     (issue: trees sized for the device)."""
 
     rows = []
-    for tree in [*TREE_SHAPES, "ngram"]:
+    shapes: list[tuple[int, int, int] | str] = [*TREE_SHAPES, "ngram"]
+    for tree in shapes:
         ngram = tree == "ngram"
-        with stack("bfloat16", drafter=True, attention=attention,
-                   tree=None if ngram else tree, ngram=ngram) as s:
+        shape = None if isinstance(tree, str) else tree
+        with stack("bfloat16", drafter=True, attention=attention, tree=shape, ngram=ngram) as s:
             spec, timing, plain, equal = eagle_then_target_only(s.router_address, prompts, max_new)
         row = {"tree": tree, "tok_s": spec["tok_s"], "target_only_tok_s": plain["tok_s"],
                "ratio": spec["tok_s"] / plain["tok_s"], "num_equal": equal,
@@ -117,7 +119,7 @@ def exact_cost(prompts: list[list[int]], max_new: int, attention: str) -> dict:
     """Batch 1, bf16, EAGLE and target-only on a default-numerics stack, then on an --exact
     one, same prompts, one run (issue: exact in bf16, what the mode costs end to end)."""
 
-    rows = {}
+    rows: dict[str, Any] = {}
     for exact in (False, True):
         with stack("bfloat16", drafter=True, attention=attention, exact=exact) as s:
             spec, timing, plain, equal = eagle_then_target_only(s.router_address, prompts, max_new)

@@ -85,8 +85,9 @@ def throughput(
     max_new: int,
     spec: bool | None = None,
     ignore_eos: bool = True,
-) -> dict:
-    """Closed groups of ``batch`` concurrent streams; tok/s over all groups' wall time."""
+) -> tuple[dict, list[list[int]]]:
+    """Closed groups of ``batch`` concurrent streams; tok/s over all groups' wall time, and
+    every stream's token ids."""
     tokens, wall, outputs = 0, 0.0, []
     for start in range(0, len(prompts), batch):
         group = greedy_requests(prompts[start : start + batch], max_new, spec, ignore_eos)

@@ -37,7 +37,7 @@ VARIANTS = [
     (True, "paged", False),
     (True, "flashinfer", False),  # FlashInfer's decode kernel: eager only (its plan syncs)
 ]
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
         num_kv_heads=3, head_dim=64, rope_theta=100000.0, tie_word_embeddings=True,
@@ -151,7 +151,7 @@ def replays_timed() -> Iterator[list]:
         end.record()
         pairs.append((start, end))
 
-    torch.cuda.CUDAGraph.replay = timed  # type: ignore[method-assign]
+    torch.cuda.CUDAGraph.replay = timed  # type: ignore[method-assign, assignment]
     try:
         yield pairs
     finally:
@@ -203,6 +203,7 @@ def shape_report(
             merge_projections(model)  # views: the unmerged variants above ran first
         for batch in batches:
             variant = {"attention": attention, "merged_layers": merged, "graphs": graphs}
+            times: dict[str, Any]
             try:
                 times = step_times(model, context, batch, graphs, attention)
             except Exception as err:  # one broken variant must not lose the others' figures
@@ -229,6 +230,7 @@ def exact_rows(model: LlamaForCausalLM, shape: str, context: int, batches: list[
     use_invariant_matmul(True)
     try:
         for batch in batches:
+            times: dict[str, Any]
             try:
                 times = step_times(model, context, batch, True, "paged")
             except Exception as err:  # one broken variant must not lose the others' figures

@@ -107,7 +107,7 @@ class Suite:
             self.stack.wait_drafts_serving(120)
             self._wait_both_replicas_busy(120)
             time.sleep(BASELINE_S)  # steady steps again: the baseline of the stall check
-            pid = self.stack.drafts[1].process.pid
+            pid = self.stack.drafts[1].started.pid
             stopped = time.monotonic()
             os.kill(pid, signal.SIGSTOP)
             time.sleep(5)
@@ -236,7 +236,7 @@ class Suite:
             - status.num_cached_tokens,
             "router_running": status.num_running, "router_waiting": status.num_waiting,
             "requests_still_held": held,
-            "processes_alive": all(s.process.poll() is None for s in self.stack.services()),
+            "processes_alive": all(s.started.poll() is None for s in self.stack.services()),
         }
 
     def run(self) -> dict:

@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -97,7 +97,12 @@ def _hold_pm_qos() -> subprocess.Popen:
 def run_shapes(mode: str) -> dict[str, float]:
     """The shapes' overheads with nothing held ("plain"), a PM QoS hold of 0 ("qos"), or idle
     spinners on every CPU ("spin", plumbing/cpu_spin.py)."""
-    helpers = {"plain": list, "qos": lambda: [_hold_pm_qos()], "spin": cpu_spin.start}[mode]()
+    # Each a list of processes to end afterwards (spin's start() returns one Popen: iterated
+    # as it was, the spin mode failed at its end).
+    starters: dict[str, Callable[[], list]] = {
+        "plain": list, "qos": lambda: [_hold_pm_qos()], "spin": lambda: [cpu_spin.start()]
+    }  # fmt: skip
+    helpers = starters[mode]()
     try:
         return {f"work_{w:g}ms_gap_{g:g}ms": measure(w, g) for w, g in SHAPES}
     finally:

@@ -55,6 +55,13 @@ class ServiceProcess:
             self.command, stdout=out, stderr=subprocess.STDOUT if out else None, env=env
         )
 
+    @property
+    def started(self) -> subprocess.Popen:
+        """The running process; asking before start() is a bug of the caller."""
+        if self.process is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.process
+
     def wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

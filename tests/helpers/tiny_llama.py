@@ -101,6 +101,12 @@ def write_tiny_llama(shape: TinyLlama, out_dir: Path) -> Path:
     return out_dir
 
 
+def required(token_id: int | None, name: str) -> int:
+    if token_id is None:
+        raise ValueError(f"the default model's GGUF names no {name} token")
+    return token_id
+
+
 def export_default_tokenizer(out_dir: Path) -> None:
     """tokenizer.json + tokenizer_config.json (chat template, BOS, EOS) of the default model."""
     from model_runtime.loading import default_model_path
@@ -109,8 +115,8 @@ def export_default_tokenizer(out_dir: Path) -> None:
     gguf = load_gguf_tokenizer(str(default_model_path()))
     gguf.backend.save(str(out_dir / "tokenizer.json"))
     config = {
-        "bos_token": gguf.backend.id_to_token(gguf.bos_token_id),
-        "eos_token": gguf.backend.id_to_token(gguf.eos_token_id),
+        "bos_token": gguf.backend.id_to_token(required(gguf.bos_token_id, "bos")),
+        "eos_token": gguf.backend.id_to_token(required(gguf.eos_token_id, "eos")),
         "chat_template": gguf.chat_template,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
