@@ -36,18 +36,24 @@ def _generate(args: argparse.Namespace) -> int:
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="stream a completion from a running router")
     p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
-    p.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
-                   help="the router's public gRPC API (`splitspec serve` listens here by default)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="the reply's length at most")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: off)")
-    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
-                   help="end the reply before this text (repeatable)")
-    p.add_argument("--seed", type=int, default=None, help="makes a sampled request reproducible")
-    p.add_argument("--raw", action="store_true", help="send the prompt as text, no chat template")
-    p.add_argument("--speculate", choices=["on", "off"], default=None,
-                   help="this request's speculation (default: the router's choice)")
+    p.add_argument_group("router").add_argument(
+        "--address", default=f"127.0.0.1:{ROUTER_PORT}",
+        help="the router's public gRPC API (`splitspec serve` listens here by default)")
+    reply = p.add_argument_group("the reply")
+    reply.add_argument("--max-new-tokens", type=int, default=128, help="the reply's length at most")
+    reply.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                       help="end the reply before this text (repeatable)")
+    reply.add_argument("--raw", action="store_true",
+                       help="send the prompt as text, no chat template")
+    reply.add_argument("--speculate", choices=["on", "off"], default=None,
+                       help="this request's speculation (default: the router's choice)")
+    sampling = p.add_argument_group("sampling")
+    sampling.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
+    sampling.add_argument("--top-k", type=int, default=0,
+                          help="sample from the k likeliest (0: off)")
+    sampling.add_argument("--seed", type=int, default=None,
+                          help="makes a sampled request reproducible")
     p.set_defaults(func=_generate)
 
 
