@@ -8,7 +8,7 @@ from pathlib import Path
 from plumbing import cpu_wake
 from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, port
 from plumbing.logs import add_log_flags
-from router import admission, secure, tracing
+from router import admission, request_log, secure, tracing
 from router.config import RouterConfig
 from router.discovery import split_host_port
 from router.http_server import add_http_arguments
@@ -26,12 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         level_help="debug adds a line per decode step: its batch, mode, tokens, time and "
         "whether the speculation switch took its rate",
     )
-    logging.add_argument(
-        "--log-requests",
-        action="store_true",
-        help="a line per finished request: id, finish reason, tokens, queue time, TTFT, total "
-        "time, acceptance (json fields with --log-format json)",
-    )
+    request_log.add_flag(logging)
     tracing.add_arguments(parser)
     cpu_wake.add_argument(parser.add_argument_group("CPUs"))
 

@@ -4,6 +4,7 @@ request a server error ended (the target lost, a failed step) gets a warning wit
 
 from __future__ import annotations
 
+import argparse
 import logging
 from typing import Any
 
@@ -11,6 +12,16 @@ from protos import generation_pb2 as pb
 from router.telemetry import Observer
 
 log = logging.getLogger("splitspec.requests")
+
+
+def add_flag(group: argparse._ActionsContainer) -> None:
+    """--log-requests, on the router and on `splitspec serve` (which passes it on)."""
+    group.add_argument(
+        "--log-requests",
+        action="store_true",
+        help="a line per finished request: id, finish reason, tokens, queue time, TTFT, total "
+        "time, acceptance (json fields with --log-format json)",
+    )
 
 
 class RequestLog(Observer):

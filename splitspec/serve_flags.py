@@ -8,6 +8,7 @@ from pathlib import Path
 from model_runtime.config import DTYPE_CHOICES
 from plumbing import arg_types, cpu_wake
 from plumbing.logs import add_log_flags
+from router import request_log, tracing
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
@@ -20,9 +21,8 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     _add_demo_flags(p.add_argument_group("demo"))
     logging = add_log_flags(p, level_help="the services' least severe lines logged (their "
                             "logs: the folder serve prints at start)")  # fmt: skip
-    logging.add_argument("--log-requests", action="store_true",
-                         help="the router logs a line per finished request")  # fmt: skip
-    _add_tracing_flags(p.add_argument_group("tracing"))
+    request_log.add_flag(logging)  # the router's flags, passed on to it
+    tracing.add_arguments(p)
     start = p.add_argument_group("start-up")
     _add_start_flags(start)
     cpu_wake.add_argument(start)  # held by this process, for every service it starts
@@ -137,14 +137,6 @@ def _add_demo_flags(group: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="stop every service after the demo instead of serving on",
     )
-
-
-def _add_tracing_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--otlp-traces-endpoint", default="", metavar="HOST:PORT",
-                       help="the router sends a span per request to this OTLP/gRPC collector "
-                       "(see the router's flag); empty (default): no tracing")  # fmt: skip
-    group.add_argument("--otlp-service-name", default="splitspec-router",
-                       help="service.name of the router's spans")  # fmt: skip
 
 
 def _add_start_flags(group: argparse._ArgumentGroup) -> None:
