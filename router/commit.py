@@ -15,6 +15,7 @@ from protos import draft_pb2, target_pb2
 from protos import generation_pb2 as pb
 from router import telemetry
 from router.final_item import fill_final
+from router.logprobs import LogprobSpeller
 from router.output import Committed, OutputStream
 from router.request import Request
 from router.stats import ServerCounters
@@ -29,6 +30,7 @@ class Commit:
         self.tokenizer = tokenizer
         self.counters = counters
         self.outputs: dict[str, OutputStream] = {}  # by request id, from submit to finish
+        self.speller = LogprobSpeller(tokenizer)
 
     def open(self, req: Request) -> None:
         self.outputs[req.request_id] = OutputStream(self.tokenizer, req.options)
@@ -36,10 +38,18 @@ class Commit:
     def close(self, req: Request) -> None:
         self.outputs.pop(req.request_id, None)
 
-    def plain(self, plan: list[Planned], next_ids: list[int], steps: int) -> list[Request]:
+    def plain(
+        self,
+        plan: list[Planned],
+        next_ids: list[int],
+        steps: int,
+        logprobs: list[target_pb2.Logprobs],
+    ) -> list[Request]:
         """The Forward's sampled ids; returns the requests they ended. ``steps`` > 1: K ids
-        per request, kept up to the first stop (router/multi_step.py)."""
+        per request, kept up to the first stop (router/multi_step.py). ``logprobs``: the
+        Forward's, one per sampled item, or empty when no request asked."""
         sampled = iter(next_ids)
+        answers = iter(logprobs)
         done: list[Request] = []
         for p in plan:
             # K steps computed K positions; finishing caches only those of kept tokens.
@@ -49,7 +59,8 @@ class Commit:
             # A target-only step leaves the drafter behind: it catches up afterwards.
             p.req.draft_synced = False
             block = [next(sampled) for _ in range(steps)]
-            if self._emit(p.req, self.outputs[p.req.request_id].commit(block)):
+            committed = self.outputs[p.req.request_id].commit(block)
+            if self._emit(p.req, committed, next(answers, None)):
                 done.append(p.req)
         return done
 
@@ -65,7 +76,8 @@ class Commit:
         for (req, _), item, result in zip(verify, items, results, strict=True):
             telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
             req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
-            if self._emit(req, self.outputs[req.request_id].commit(list(result.token_ids))):
+            committed = self.outputs[req.request_id].commit(list(result.token_ids))
+            if self._emit(req, committed, result.logprobs):
                 done.append(req)
         return done
 
@@ -75,8 +87,11 @@ class Commit:
         self._fill_final(item, req, pb.FINISH_REASON_ABORT, "")
         req.outbox.put_nowait(item)
 
-    def _emit(self, req: Request, committed: Committed) -> bool:
-        """Streams a committed block; returns True when it ends the request."""
+    def _emit(
+        self, req: Request, committed: Committed, logprobs: target_pb2.Logprobs | None
+    ) -> bool:
+        """Streams a committed block (with its tokens' log-probabilities where the request
+        asked for them); returns True when it ends the request."""
         now = time.perf_counter()
         req.first_token = req.first_token or now
         req.output_ids += committed.token_ids
@@ -84,6 +99,8 @@ class Commit:
         item = pb.GenerateResponse(
             request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
         )
+        if req.options.logprobs and logprobs is not None:
+            item.logprobs.extend(self.speller.entries(logprobs, committed.token_ids))
         if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
             self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
         req.outbox.put_nowait(item)

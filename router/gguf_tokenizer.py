@@ -76,7 +76,7 @@ def _check_supported(fields: dict[str, Any], path: str) -> None:
 def _build_backend(
     tokens: list[str], token_types: list[int], merges: list[str]
 ) -> BackendTokenizer:
-    to_alphabet = _bytes_to_unicode()
+    to_alphabet = byte_level_alphabet()
     alphabet = frozenset(to_alphabet.values())
     # Tokens outside the byte alphabet are stored as plain text; BPE looks them up byte-spelled.
     vocab = {
@@ -117,7 +117,7 @@ def _split_merge(merge: str) -> tuple[str, str]:
     return left, right
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def byte_level_alphabet() -> dict[int, str]:
     """GPT-2's byte -> printable character table (the alphabet ByteLevel spells bytes in)."""
     printable = [
         *range(ord("!"), ord("~") + 1),

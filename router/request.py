@@ -22,6 +22,8 @@ class SamplingOptions:
     ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logprobs: bool = False  # stream each token's log-probability (router/logprobs.py)
+    top_logprobs: int = 0
 
 
 @dataclass(eq=False)

@@ -184,7 +184,8 @@ class Scheduler:
         if verify_reply is not None:
             await self.draft_ahead.after_verify(verify, replies.verify_items, results)
         sampled = list(forward_reply.next_token_ids) if forward_reply else []
-        done = self.commit.plain(plain, sampled, steps)
+        logprobs = list(forward_reply.logprobs) if forward_reply else []
+        done = self.commit.plain(plain, sampled, steps, logprobs)
         return done + self.commit.verified(verify, replies.verify_items, results)
 
     async def _catch_up(self) -> bool:

@@ -13,7 +13,10 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from router.chat_template import ChatTemplate
-from router.gguf_tokenizer import load_gguf_tokenizer
+from router.gguf_tokenizer import byte_level_alphabet, load_gguf_tokenizer
+
+# ByteLevel's spelling of each byte, back to the byte (GPT-2-style vocabularies spell tokens so).
+_ALPHABET_BYTES = {char: byte for byte, char in byte_level_alphabet().items()}
 
 
 class Tokenizer:
@@ -113,6 +116,14 @@ class Tokenizer:
     def token_text(self, token_id: int) -> str | None:
         """The vocabulary's spelling of one id (byte-level form, not decoded), or None."""
         return self._backend.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one id stands for: its byte-level spelling read back, or where the
+        vocabulary is not byte-level (or the id is special) the UTF-8 of its decoded text."""
+        spelling = self.token_text(token_id) or ""
+        if spelling and all(char in _ALPHABET_BYTES for char in spelling):
+            return bytes(_ALPHABET_BYTES[char] for char in spelling)
+        return self.decode([token_id]).encode()
 
     def _special_token_strings(self) -> dict[str, str]:
         named = {"bos_token": self.bos_token_id}

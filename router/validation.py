@@ -12,6 +12,7 @@ from router.request import SamplingOptions
 from router.tokenizer import Tokenizer
 
 MAX_STOP_STRINGS = 16
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit; the target's too (target_service/admission.py)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def sampling_options(
     seed = s.seed if s.HasField("seed") else secrets.randbits(63)
     return SamplingOptions(
         max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos,
-        *_penalties(s),
+        *_penalties(s), *_logprobs(s),
     )
 
 
@@ -92,6 +93,16 @@ def _penalties(s: generation_pb2.SamplingParams) -> tuple[float, float]:
         if not (math.isfinite(value) and -2 <= value <= 2):
             raise InvalidRequest(f"{name} must be in [-2, 2], got {value}")
     return values
+
+
+def _logprobs(s: generation_pb2.SamplingParams) -> tuple[bool, int]:
+    if s.top_logprobs and not s.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs = true")
+    if s.top_logprobs > MAX_TOP_LOGPROBS:
+        raise InvalidRequest(
+            f"top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {s.top_logprobs}"
+        )
+    return s.logprobs, s.top_logprobs
 
 
 def _max_new_tokens(s: generation_pb2.SamplingParams, prompt_len: int, limits: Limits) -> int:

@@ -12,6 +12,8 @@ from target_service.errors import InvalidStep, UnknownRequest
 from target_service.request_table import RequestState, RequestTable, SamplingSpec
 from target_service.tree_batch import check_tree
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs (target_service/logprobs.py)
+
 
 @dataclass
 class StepItem:
@@ -54,8 +56,8 @@ def admit_step(
     _check_step_shape(limits, items)
     found = [table.find(it.request_id) for it in items]
     for item, state in zip(items, found, strict=True):
-        if state is None and item.sampling is None:
-            raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
+        if state is None:
+            _check_new(item)
         _check_item(table, limits, item, state, decode_steps)
     states = [
         st if st is not None else table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
@@ -63,6 +65,17 @@ def admit_step(
     ]
     table.append([(st, it.new_slots) for it, st in zip(items, states, strict=True)])
     return states
+
+
+def _check_new(item: StepItem) -> None:
+    """A request's first item: it must carry sampling parameters the target can honour."""
+    if item.sampling is None:
+        raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
+    if item.sampling.top_logprobs > MAX_TOP_LOGPROBS:
+        raise InvalidStep(
+            f"request {item.request_id!r}: top_logprobs {item.sampling.top_logprobs} exceeds "
+            f"{MAX_TOP_LOGPROBS}"
+        )
 
 
 def _check_step_shape(limits: StepLimits, items: list[StepItem]) -> None:

@@ -20,6 +20,13 @@ from target_service.config import TargetConfig
 from target_service.device_batch import DeviceBatch, build_device_batch
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
+from target_service.logprobs import (
+    LogprobQuery,
+    TokenLogprobs,
+    forward_queries,
+    read_logprobs,
+    verify_queries,
+)
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
 from target_service.tree_batch import HostTrees, pad_trees
@@ -32,6 +39,7 @@ class VerifyResult:
     token_ids: list[int]  # accepted drafts, then the bonus token
     num_accepted: int
     hidden: torch.Tensor | None  # [num_accepted + 1, H] on the host
+    logprobs: TokenLogprobs | None = None  # over token_ids, when the request asked
 
 
 @dataclass
@@ -39,6 +47,8 @@ class StepResult:
     next_token_ids: list[int]
     forward_ms: float  # the call's wall time in the engine
     device_ms: float = 0.0  # of it, the device's (model_runtime/device_clock.py)
+    # None unless a request asked: then one per sampled item (None for one that did not ask)
+    logprobs: list[TokenLogprobs | None] | None = None
 
 
 class VerifyStep(NamedTuple):
@@ -90,7 +100,9 @@ class TargetEngine:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
                     next_ids = self._run(batch, sampled)
-        return StepResult(next_ids, (time.perf_counter() - started) * 1e3, self.clock.take_ms())
+        logprobs = self._logprobs(forward_queries(items, states, next_ids, decode_steps))
+        wall_ms = (time.perf_counter() - started) * 1e3
+        return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs)
 
     def attach_graphs(self, runner: DecodeGraphRunner) -> None:
         """Decode steps that fit ``runner``'s buckets replay its graphs from now on."""
@@ -112,7 +124,8 @@ class TargetEngine:
                 out = self.verify_graphs.run(trees, [it.return_hidden for it in items])
         else:
             out = self._verify_eager(states, pad_trees(trees, self.device), items)
-        return self._verify_step(items, out, started)
+        logprobs = self._logprobs(verify_queries(items, states, out.token_ids))
+        return self._verify_step(items, out, logprobs, started)
 
     def _verify_eager(
         self, states: list[RequestState], trees: TreeBatch, items: list[VerifyItem]
@@ -143,10 +156,25 @@ class TargetEngine:
         runner.clock = self.clock
 
     def _verify_step(
-        self, items: list[VerifyItem], out: VerifyOutput, started: float
+        self,
+        items: list[VerifyItem],
+        out: VerifyOutput,
+        logprobs: list[TokenLogprobs | None] | None,
+        started: float,
     ) -> VerifyStep:
+        results = self._verify_results(items, out)
+        for result, answer in zip(results, logprobs or [], strict=False):
+            result.logprobs = answer
         wall_ms = (time.perf_counter() - started) * 1e3
-        return VerifyStep(self._verify_results(items, out), wall_ms, self.clock.take_ms())
+        return VerifyStep(results, wall_ms, self.clock.take_ms())
+
+    def _logprobs(
+        self, queries: list[LogprobQuery | None] | None
+    ) -> list[TokenLogprobs | None] | None:
+        """After the step: its committed tokens' log-probabilities (target_service/logprobs.py)."""
+        if queries is None:
+            return None
+        return read_logprobs(self.model, self.pools, self.table.slots, queries)
 
     def _fits_verify_graphs(self, states: list[RequestState], trees: HostTrees) -> bool:
         plain = all(

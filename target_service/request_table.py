@@ -22,6 +22,8 @@ class SamplingSpec:
     seed: int
     presence_penalty: float = 0.0  # OpenAI's, over the completion (target_service.penalties)
     frequency_penalty: float = 0.0
+    logprobs: bool = False  # report committed tokens' log-probabilities (logprobs.py)
+    top_logprobs: int = 0
 
 
 @dataclass

@@ -55,7 +55,7 @@ def build_engine(config: TargetConfig) -> TargetEngine:
         elif config.fused_kernels and engine.paged:
             merge_projections(model)  # q|k|v and gate|up as one matmul each (fused_layers.py)
     if config.attention_backend != "flashinfer":
-        _attach_graphs(engine, model)
+        attach_graphs(engine, model)
     return engine
 
 
@@ -72,7 +72,7 @@ def _log_attention(engine: TargetEngine) -> None:
                     "no decode or verify graphs are captured")  # fmt: skip
 
 
-def _attach_graphs(engine: TargetEngine, model: LlamaForCausalLM) -> None:
+def attach_graphs(engine: TargetEngine, model: LlamaForCausalLM) -> None:
     """The decode graphs (CUDA) and the fixed-shape verify steps (paged backend)."""
     config = engine.config
     if config.cuda_graphs and config.device.startswith("cuda"):

@@ -11,6 +11,7 @@ from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
+from target_service.logprobs import TokenLogprobs
 from target_service.request_table import SamplingSpec
 
 # 256 rows of SmolLM2 (576 fp32) are 576 KiB: far under the message limit, large enough to
@@ -29,10 +30,21 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
     if pb.HasField("sampling"):
         s = pb.sampling
         sampling = SamplingSpec(
-            s.temperature, s.top_p, s.top_k, s.seed, s.presence_penalty, s.frequency_penalty
-        )
+            s.temperature, s.top_p, s.top_k, s.seed, s.presence_penalty, s.frequency_penalty,
+            s.logprobs, s.top_logprobs,
+        )  # fmt: skip
     return StepItem(
         pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling
+    )
+
+
+def logprobs_to_pb(answer: TokenLogprobs | None) -> target_pb2.Logprobs:
+    if answer is None:  # a request that did not ask, in a step where another did
+        return target_pb2.Logprobs()
+    return target_pb2.Logprobs(
+        token_logprobs=answer.token_logprobs,
+        top_ids=answer.top_ids,
+        top_logprobs=answer.top_logprobs,
     )
 
 
@@ -61,6 +73,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             next_token_ids=result.next_token_ids,
             forward_ms=result.forward_ms,
             device_ms=result.device_ms,
+            logprobs=[logprobs_to_pb(x) for x in result.logprobs or []],
         )
 
     def Verify(self, request, context):  # noqa: N802
@@ -82,6 +95,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
                     token_ids=r.token_ids,
                     num_accepted=r.num_accepted,
                     hidden=tensor_to_pb(r.hidden) if r.hidden is not None else None,
+                    logprobs=logprobs_to_pb(r.logprobs) if r.logprobs is not None else None,
                 )
                 for r in results
             ],

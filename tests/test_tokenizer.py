@@ -232,13 +232,13 @@ def write_tiny_gguf(path: Path, model: str = "gpt2", add_bos: bool = True) -> No
     """A metadata-only GGUF: <s>, </s>, a USER_DEFINED <think>, the 256 bytes, "ab", "abc"."""
     import gguf
 
-    from router.gguf_tokenizer import _bytes_to_unicode
+    from router.gguf_tokenizer import byte_level_alphabet
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny")
     writer.add_tokenizer_model(model)
     writer.add_tokenizer_pre("default")
-    writer.add_token_list(["<s>", "</s>", "<think>", *_bytes_to_unicode().values(), "ab", "abc"])
+    writer.add_token_list(["<s>", "</s>", "<think>", *byte_level_alphabet().values(), "ab", "abc"])
     writer.add_token_types([3, 3, 4] + [1] * 258)
     writer.add_token_merges(["a b", "ab c"])
     writer.add_bos_token_id(0)

@@ -1,0 +1,133 @@
+"""Log-probabilities of committed tokens, read back from the hidden-state pool after a step.
+
+Every path that commits tokens (the eager step, a decode graph's replay, K decode steps, a
+verify graph, the eager verify) leaves the final hidden row of each computed position in the
+pool, and the token committed after position p was chosen from the logits of p's row (after a
+verify, compaction has moved the accepted path's rows into the committed positions). So one
+small pass over just those rows after the step gives the step's own distribution: no captured
+graph changes, and requests that did not ask pay nothing.
+
+What is reported is the model's raw distribution, the log-softmax of the logits before
+temperature, top-k/top-p and penalties (vLLM's default too). Under speculation it is the
+target's at each committed position, never the drafter's; with ``--exact`` a token's hidden
+row and logits have the same bits in any step, so speculative and target-only decoding report
+the same values bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.llama import LlamaForCausalLM
+from model_runtime.pools import SlotPools
+from target_service.admission import MAX_TOP_LOGPROBS, StepItem, VerifyItem
+from target_service.request_table import RequestState
+
+__all__ = ["MAX_TOP_LOGPROBS", "LogprobQuery", "TokenLogprobs", "read_logprobs"]
+
+
+@dataclass(frozen=True)
+class LogprobQuery:
+    """One request's tokens of a step: ``token_ids[j]`` was chosen from the row of position
+    ``first_position + j`` of slot-table row ``row``."""
+
+    row: int
+    first_position: int
+    token_ids: list[int]
+    top: int  # how many most likely tokens to report at each position
+
+
+@dataclass
+class TokenLogprobs:
+    token_logprobs: list[float]  # one per token
+    top_ids: list[int]  # ``top`` per token, token-major, most likely first
+    top_logprobs: list[float]
+
+
+def forward_queries(
+    items: list[StepItem], states: list[RequestState], next_ids: list[int], steps: int
+) -> list[LogprobQuery | None] | None:
+    """One query per sampled item of a Forward (its ``steps`` ids), None for an item whose
+    request did not ask; None in all when none did."""
+    sampled = [(it, st) for it, st in zip(items, states, strict=True) if it.sample]
+    if not any(st.sampling.logprobs for _, st in sampled):
+        return None
+    queries: list[LogprobQuery | None] = []
+    for i, (item, state) in enumerate(sampled):
+        spec = state.sampling
+        last = item.start_pos + len(item.token_ids) - 1  # K steps: the one token's position
+        block = next_ids[i * steps : (i + 1) * steps]
+        query = LogprobQuery(state.row, last, block, spec.top_logprobs)
+        queries.append(query if spec.logprobs else None)
+    return queries
+
+
+def verify_queries(
+    items: list[VerifyItem], states: list[RequestState], token_ids: list[list[int]]
+) -> list[LogprobQuery | None] | None:
+    """One query per verified tree whose request asked (its committed ids, the first chosen
+    at the root's position), None for the others; None in all when none did."""
+    if not any(st.sampling.logprobs for st in states):
+        return None
+    return [
+        LogprobQuery(st.row, it.start_pos, ids, st.sampling.top_logprobs)
+        if st.sampling.logprobs
+        else None
+        for it, st, ids in zip(items, states, token_ids, strict=True)
+    ]
+
+
+def read_logprobs(
+    model: LlamaForCausalLM,
+    pools: SlotPools,
+    slot_table: torch.Tensor,
+    queries: list[LogprobQuery | None],
+) -> list[TokenLogprobs | None]:
+    """The answer to each query (None where there is none), from one pass over the rows the
+    queries name and one device->host copy."""
+    asked = [q for q in queries if q is not None]
+    if not asked:
+        return [None] * len(queries)
+    rows, positions, tokens = _flatten(asked)
+    device = slot_table.device
+    index = torch.tensor([rows, positions, tokens], dtype=torch.int64).to(device)
+    with torch.inference_mode():
+        slots = slot_table[index[0], index[1]]
+        logprobs = torch.log_softmax(model.logits(pools.hidden[slots]), dim=-1)
+        chosen = logprobs.gather(1, index[2, :, None])
+        top_values, top_ids = logprobs.topk(max(q.top for q in asked), dim=-1)
+        # Ids are exact in float64: one copy carries all three.
+        packed = torch.cat([chosen.double(), top_values.double(), top_ids.double()], 1)
+        host = packed.tolist()
+    answers = iter(_split(asked, host))
+    return [next(answers) if q is not None else None for q in queries]
+
+
+def _flatten(queries: list[LogprobQuery]) -> tuple[list[int], list[int], list[int]]:
+    rows: list[int] = []
+    positions: list[int] = []
+    tokens: list[int] = []
+    for q in queries:
+        count = len(q.token_ids)
+        rows += [q.row] * count
+        positions += range(q.first_position, q.first_position + count)
+        tokens += q.token_ids
+    return rows, positions, tokens
+
+
+def _split(queries: list[LogprobQuery], host: list[list[float]]) -> list[TokenLogprobs]:
+    """Each query's rows of ``host`` ([chosen, top values..., top ids...] per token)."""
+    width = (len(host[0]) - 1) // 2
+    out = []
+    rows = iter(host)
+    for q in queries:
+        answer = TokenLogprobs([], [], [])
+        for _ in q.token_ids:
+            row = next(rows)
+            answer.token_logprobs.append(row[0])
+            answer.top_logprobs += row[1 : 1 + q.top]
+            answer.top_ids += [int(i) for i in row[1 + width : 1 + width + q.top]]
+        out.append(answer)
+    return out

@@ -1,0 +1,176 @@
+"""Log-probabilities from the target engine (target_service/logprobs.py), in-process on the
+real default model: every way a token is committed reports the model's own distribution at the
+right position.
+
+A greedy continuation is decoded three ways: one Forward a token, four decode steps a Forward
+(multi-step; on CUDA the captured decode graphs), and one verify of the whole continuation as a
+chain (on CUDA the verify graphs). Each way's log-probabilities, chosen and top-5, must be
+HF transformers' log-softmax at the same positions on the same weights (an independent
+forward over prompt + continuation), and the three must agree with one another. A greedy
+token is the most likely one, so its log-probability is the first of its top list.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model_runtime.loading import default_model_path, load_model
+from plumbing.paths import default_cache_dir
+from target_service.config import TargetConfig
+from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.errors import InvalidStep
+from target_service.logprobs import TokenLogprobs
+from target_service.request_table import SamplingSpec
+from target_service.server import attach_graphs
+from tests.helpers.prompts import chat_ids
+from tests.helpers.reference import HFReference
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOP = 5
+SPEC = SamplingSpec(0.0, 1.0, 0, 0, logprobs=True, top_logprobs=TOP)
+NUM_NEW = 12  # continuation tokens after the prefill's
+NUM_SLOTS = 512
+# fp32 here and in HF; kernels differ (paged attention, fused layers), log-softmax values a few
+# 1e-4 apart at most on this model (measured 2e-5 on the 2-core CPU box, 2026-12-04).
+ATOL = 2e-3
+
+
+@pytest.fixture(scope="module")
+def model():
+    device = torch.device(DEVICE)
+    return load_model(default_model_path(), torch.float32, device, default_cache_dir())
+
+
+@pytest.fixture(scope="module")
+def prompt() -> list[int]:
+    return list(chat_ids([{"role": "user", "content": "Name three colours of the rainbow."}]))
+
+
+def make_engine(model) -> TargetEngine:
+    config = TargetConfig(
+        model_path=default_model_path(), cache_dir=default_cache_dir(), dtype="float32",
+        num_slots=NUM_SLOTS, device=DEVICE, max_decode_steps=4, verify_graphs=DEVICE == "cuda",
+    )  # fmt: skip
+    engine = TargetEngine(config, model)
+    attach_graphs(engine, model)  # CUDA: decode and verify graphs, as the service captures
+    return engine
+
+
+class Replays:
+    """Counts the graph runners' steps (CUDA): logprob requests must keep the graphs."""
+
+    def __init__(self, engine: TargetEngine) -> None:
+        self.count = 0
+        for runner in (engine.graphs, engine.verify_graphs):
+            if runner is not None:
+                runner.run = self._counting(runner.run)  # type: ignore[method-assign]
+
+    def _counting(self, run):
+        def counted(*args, **kwargs):
+            self.count += 1
+            return run(*args, **kwargs)
+
+        return counted
+
+
+def decode(engine: TargetEngine, prompt: list[int], steps: int) -> tuple[list[int], TokenLogprobs]:
+    """The prefill's token and NUM_NEW more, ``steps`` decode steps a Forward."""
+    first = engine.forward([StepItem("r", prompt, 0, list(range(len(prompt))), True, SPEC)])
+    ids, lp = list(first.next_token_ids), first.logprobs[0]
+    while len(ids) < 1 + NUM_NEW:
+        k = min(steps, 1 + NUM_NEW - len(ids))
+        start = len(prompt) + len(ids) - 1
+        step = engine.forward([StepItem("r", [ids[-1]], start, list(range(start, start + k)))], k)
+        ids += step.next_token_ids
+        _extend(lp, step.logprobs[0])
+    return ids, lp
+
+
+def verify_chain(
+    engine: TargetEngine, prompt: list[int], chain: list[int]
+) -> tuple[list[int], TokenLogprobs]:
+    """The prefill, then one verify of ``chain`` (its first token the root): all accepted,
+    and a bonus token after them."""
+    first = engine.forward([StepItem("r", prompt, 0, list(range(len(prompt))), True, SPEC)])
+    start = len(prompt)
+    tree = VerifyItem("r", start, chain, list(range(-1, len(chain) - 1)),
+                      list(range(start, start + len(chain))))  # fmt: skip
+    result = engine.verify([tree]).results[0]
+    assert [chain[0], *result.token_ids] == [*chain, result.token_ids[-1]], "not all accepted"
+    lp = first.logprobs[0]
+    _extend(lp, result.logprobs)
+    return [chain[0], *result.token_ids], lp
+
+
+def _extend(into: TokenLogprobs, more: TokenLogprobs | None) -> None:
+    assert more is not None
+    into.token_logprobs += more.token_logprobs
+    into.top_ids += more.top_ids
+    into.top_logprobs += more.top_logprobs
+
+
+def hf_logprobs(hf: HFReference, prompt: list[int], ids: list[int]) -> torch.Tensor:
+    """[len(ids), V]: HF's log-softmax at the positions that chose ``ids``."""
+    with torch.inference_mode():
+        logits = hf.model(torch.tensor([prompt + ids[:-1]])).logits[0, len(prompt) - 1 :]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def assert_matches(lp: TokenLogprobs, ids: list[int], reference: torch.Tensor) -> None:
+    assert len(lp.token_logprobs) == len(ids)
+    assert len(lp.top_ids) == len(lp.top_logprobs) == TOP * len(ids)
+    chosen = reference[torch.arange(len(ids)), torch.tensor(ids)]
+    torch.testing.assert_close(torch.tensor(lp.token_logprobs), chosen, atol=ATOL, rtol=0)
+    top = torch.tensor(lp.top_logprobs).view(len(ids), TOP)
+    top_ids = torch.tensor(lp.top_ids).view(len(ids), TOP)
+    torch.testing.assert_close(top, reference.gather(1, top_ids), atol=ATOL, rtol=0)
+    assert bool((top[:, :-1] >= top[:, 1:]).all()), "top lists not most likely first"
+    # Greedy: the chosen token is the most likely one (exact ties aside, none here).
+    assert lp.token_logprobs == top[:, 0].tolist()
+    assert top_ids[:, 0].tolist() == ids
+
+
+def test_every_commit_path_reports_the_models_distribution(model, prompt, hf) -> None:
+    engines = [make_engine(model) for _ in range(3)]
+    replays = [Replays(engine) for engine in engines]
+    ids, one_a_forward = decode(engines[0], prompt, 1)
+    reference = hf_logprobs(hf, prompt, ids)
+    assert_matches(one_a_forward, ids, reference)
+    four_ids, four_a_forward = decode(engines[1], prompt, 4)
+    assert four_ids == ids
+    assert_matches(four_a_forward, ids, reference)
+    verified_ids, verified = verify_chain(engines[2], prompt, ids)
+    assert_matches(verified, verified_ids, hf_logprobs(hf, prompt, verified_ids))
+    if DEVICE == "cuda":  # decode steps, multi-step bursts and the verify replayed graphs
+        assert all(r.count > 0 for r in replays), [r.count for r in replays]
+    # One engine's paths agree more closely than either with HF.
+    torch.testing.assert_close(
+        torch.tensor(verified.token_logprobs[: len(ids)]),
+        torch.tensor(one_a_forward.token_logprobs),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_a_request_that_did_not_ask_gets_none_beside_one_that_did(model, prompt) -> None:
+    engine = make_engine(model)
+    plain = SamplingSpec(0.0, 1.0, 0, 0)
+    items = [
+        StepItem("asks", prompt, 0, list(range(len(prompt))), True, SPEC),
+        StepItem("not", prompt, 0, list(range(256, 256 + len(prompt))), True, plain),
+    ]
+    result = engine.forward(items)
+    assert result.logprobs is not None and result.logprobs[1] is None
+    assert len(result.logprobs[0].token_logprobs) == 1
+    alone = engine.forward([StepItem("b", prompt, 0, list(range(100, 100 + len(prompt))), True,
+                                     plain)])  # fmt: skip
+    assert alone.logprobs is None  # nobody asked: no pass at all
+
+
+def test_too_many_top_logprobs_is_refused(model, prompt) -> None:
+    engine = make_engine(model)
+    spec = SamplingSpec(0.0, 1.0, 0, 0, logprobs=True, top_logprobs=21)
+    with pytest.raises(InvalidStep, match="top_logprobs 21 exceeds 20"):
+        engine.forward([StepItem("r", prompt, 0, list(range(len(prompt))), True, spec)])
+    assert len(engine.table) == 0  # nothing opened
