@@ -7,7 +7,8 @@ A greedy continuation is decoded three ways: one Forward a token, four decode st
 chain (on CUDA the verify graphs). Each way's log-probabilities, chosen and top-5, must be
 HF transformers' log-softmax at the same positions on the same weights (an independent
 forward over prompt + continuation), and the three must agree with one another. A greedy
-token is the most likely one, so its log-probability is the first of its top list.
+token is the most likely one, so its log-probability is the first of its top list. Under
+--exact, decoding and verifying give the same bits.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels import few_row_linear
+from model_runtime.invariant import use_invariant_matmul
 from model_runtime.loading import default_model_path, load_model
 from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
@@ -22,7 +25,7 @@ from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep
 from target_service.logprobs import TokenLogprobs
 from target_service.request_table import SamplingSpec
-from target_service.server import attach_graphs
+from target_service.server import attach_graphs, build_engine
 from tests.helpers.prompts import chat_ids
 from tests.helpers.reference import HFReference
 
@@ -151,6 +154,30 @@ def test_every_commit_path_reports_the_models_distribution(model, prompt, hf) ->
         atol=1e-4,
         rtol=0,
     )
+
+
+@pytest.mark.skipif(
+    DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None,
+    reason=f"--exact on CPU needs its kernels: {few_row_linear.unavailable_reason()}",
+)
+def test_exact_mode_gives_decode_and_verify_the_same_bits(prompt) -> None:
+    """--exact (bf16 on CUDA, fp32 on CPU), engines built as the service builds them: the
+    verified chain's log-probabilities equal one-token decoding's bit for bit."""
+    dtype = "bfloat16" if DEVICE == "cuda" else "float32"
+    config = TargetConfig(
+        model_path=default_model_path(), cache_dir=default_cache_dir(), dtype=dtype,
+        num_slots=NUM_SLOTS, device=DEVICE, exact=True, attention="paged",
+        verify_graphs=DEVICE == "cuda",
+    )  # fmt: skip
+    try:
+        ids, decoded = decode(build_engine(config), prompt, 1)
+        verified_ids, verified = verify_chain(build_engine(config), prompt, ids)
+    finally:
+        use_invariant_matmul(False)  # build_engine turned it on for the process
+    assert verified_ids[: len(ids)] == ids
+    assert verified.token_logprobs[: len(ids)] == decoded.token_logprobs
+    assert verified.top_ids[: TOP * len(ids)] == decoded.top_ids
+    assert verified.top_logprobs[: TOP * len(ids)] == decoded.top_logprobs
 
 
 def test_a_request_that_did_not_ask_gets_none_beside_one_that_did(model, prompt) -> None:
