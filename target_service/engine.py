@@ -29,6 +29,7 @@ from target_service.logprobs import (
 )
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
+from target_service.sampling_tensors import decode_sampling, sampling_tensors
 from target_service.tree_batch import HostTrees, pad_trees
 from target_service.verify import TreeBatch, VerifyOutput, run_verify
 from target_service.verify_graphs import VerifyGraphRunner
@@ -94,7 +95,7 @@ class TargetEngine:
             if decode_steps > 1:
                 next_ids = run_decode_steps(self, batch, states, decode_steps)
             elif self._fits_decode_graphs(batch, states):
-                params = self.decode_sampling(states, batch.positions + 1)
+                params = decode_sampling(states, batch.positions + 1, self.device)
                 next_ids = self._run_decode_graph(batch, params).tolist()  # the one sync
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
@@ -132,7 +133,7 @@ class TargetEngine:
     ) -> VerifyOutput:
         """Any tree: sampling, penalties, sizes past the verify graphs' buckets."""
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
-        params = self._sampling_tensors(states, trees.start_pos)
+        params = sampling_tensors(states, trees.start_pos, self.device)
         with torch.inference_mode(), self.clock.region():
             out = run_verify(
                 self.model,
@@ -220,7 +221,7 @@ class TargetEngine:
         if not sampled:
             return []
         logits = penalties.penalize(self.model.logits(hidden[batch.sample_index]), sampled)
-        params = self._sampling_tensors(sampled, batch.positions[batch.sample_index] + 1)
+        params = sampling_tensors(sampled, batch.positions[batch.sample_index] + 1, self.device)
         next_ids = sample(logits, params).tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
         return next_ids
@@ -238,7 +239,7 @@ class TargetEngine:
     ) -> torch.Tensor:
         """One decode step of requests without penalties (every item one token, sampled):
         the graph replay where it fits, else eager; next ids [R] on the device, no host sync.
-        ``params``: ``decode_sampling`` at ``batch.positions + 1``."""
+        ``params``: ``decode_sampling`` (sampling_tensors.py) at ``batch.positions + 1``."""
         if self._fits_decode_graphs(batch, states):
             return self._run_decode_graph(batch, params)
         with self.clock.region():
@@ -282,22 +283,3 @@ class TargetEngine:
             key_slots=None if self.paged else slots[batch.rows, : batch.max_context],
         )
         return self.graphs.run(step)
-
-    def decode_sampling(
-        self, states: list[RequestState], positions: torch.Tensor
-    ) -> SamplingTensors | None:
-        """A decode step's sampling tensors; None when every request is greedy."""
-        if all(s.sampling.temperature == 0 for s in states):
-            return None
-        return self._sampling_tensors(states, positions)
-
-    def _sampling_tensors(
-        self, states: list[RequestState], positions: torch.Tensor
-    ) -> SamplingTensors:
-        specs = [s.sampling for s in states]
-        floats = torch.tensor([[s.temperature, s.top_p] for s in specs], dtype=torch.float32)
-        ints = torch.tensor(
-            [[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64
-        )
-        floats, ints = floats.to(self.device), ints.to(self.device)
-        return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from target_service.request_table import RequestState
+from target_service.sampling_tensors import decode_sampling
 
 if TYPE_CHECKING:
     from target_service.device_batch import DeviceBatch
@@ -32,7 +33,7 @@ def run_decode_steps(
 ) -> list[int]:
     """``steps`` decode steps from ``batch`` (one token per request); ids item-major [R * K]."""
     # Built once: the per-request parameters do not change between steps, only the position.
-    params = engine.decode_sampling(states, batch.positions + 1)
+    params = decode_sampling(states, batch.positions + 1, engine.device)
     input_ids = batch.input_ids
     sampled: list[torch.Tensor] = []
     for k in range(steps):
