@@ -20,7 +20,7 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
-        top_p=args.top_p, top_k=args.top_k, stop=args.stop,
+        top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
     )  # fmt: skip
     try:
         print_generation(args.address, request)
@@ -47,6 +47,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                        help="send the prompt as text, no chat template")
     reply.add_argument("--speculate", choices=["on", "off"], default=None,
                        help="this request's speculation (default: the router's choice)")
+    reply.add_argument("--logprobs", type=int, default=None, metavar="N",
+                       help="after the reply, each token's log-probability under the target "
+                            "and the N (at most 20) likeliest tokens at its place")
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")

@@ -23,6 +23,7 @@ class GenerationResult:
     final: pb.GenerateResponse | None = None
     seconds: float = 0.0
     num_items: int = 0
+    logprobs: list[pb.LogprobEntry] = field(default_factory=list)  # when the request asked
 
     @property
     def tokens_per_s(self) -> float:
@@ -71,6 +72,7 @@ class Client:
             result.num_items += 1
             result.token_ids += item.token_ids
             result.text += item.text
+            result.logprobs += item.logprobs
             if echo is not None and item.text:
                 echo.write(item.text)
                 echo.flush()
@@ -100,7 +102,9 @@ def build_request(
     top_p: float = 1.0,
     top_k: int = 0,
     stop: Sequence[str] = (),
+    top_logprobs: int | None = None,
 ) -> pb.GenerateRequest:
+    """``top_logprobs``: None, no logprobs; N >= 0, each token's and its N likeliest."""
     req = pb.GenerateRequest()
     if chat:
         req.messages.items.add(role="user", content=prompt)
@@ -113,6 +117,9 @@ def build_request(
     req.sampling.stop.extend(stop)
     if seed is not None:
         req.sampling.seed = seed
+    if top_logprobs is not None:
+        req.sampling.logprobs = True
+        req.sampling.top_logprobs = top_logprobs
     if speculate is not None:
         req.speculation.enabled = speculate
     return req
@@ -134,4 +141,15 @@ def print_generation(
     with Client(address) as client:
         result = client.generate(request, echo=out)
     out.write("\n\n" + result.summary() + "\n")
+    if result.logprobs:
+        out.write("\n" + format_logprobs(result.logprobs) + "\n")
     return result
+
+
+def format_logprobs(entries: Sequence[pb.LogprobEntry]) -> str:
+    """A line per token: its text, its log-probability, then the likeliest at its place."""
+    lines = ["token                 logprob   likeliest there"]
+    for entry in entries:
+        alternatives = "  ".join(f"{t.token!r} {t.logprob:.3f}" for t in entry.top)
+        lines.append(f"{entry.chosen.token!r:20}  {entry.chosen.logprob:8.3f}   {alternatives}")
+    return "\n".join(lines)

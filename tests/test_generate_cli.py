@@ -102,3 +102,14 @@ def test_a_prompt_of_dash_is_read_from_stdin(stack: LocalStack) -> None:
     assert reply_of(piped) == reply_of(direct)
     prompt_size = re.compile(r"\| prompt (\d+) ")  # the summary's prompt tokens: "-" is one
     assert prompt_size.findall(piped.stdout) == prompt_size.findall(direct.stdout) != ["1"]
+
+
+def test_logprobs_print_a_line_per_token(stack: LocalStack) -> None:
+    done = generate(stack.router_address, "Say hello.", "--max-new-tokens", "5", "--logprobs", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = done.stdout.split("token                 logprob")[1].strip().splitlines()[1:]
+    assert len(table) == 5, done.stdout
+    for line in table:  # the token, its logprob (<= 0), then two alternatives with theirs
+        values = [float(v) for v in re.findall(r"(?<=\s)-?\d+\.\d{3}(?=\s|$)", line)]
+        assert len(values) == 3 and all(v <= 0 for v in values), line
+        assert values[0] == values[1], line  # greedy: the token is the likeliest
