@@ -41,7 +41,9 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"messages": []}, 400, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role"),
         ({"stop": 7}, 400, "stop"),
-        ({"logprobs": True}, 400, "logprobs"),
+        ({"top_logprobs": 3}, 400, "top_logprobs"),  # needs logprobs: true
+        ({"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+        ({"logprobs": 1}, 400, "logprobs"),  # a bool in chat
         ({"temperature": -1}, 400, None),  # refused by the router's own validation
         ({"presence_penalty": 2.5}, 400, None),
         ({"max_tokens": 10**9}, 400, None),  # over --max-new-tokens-limit

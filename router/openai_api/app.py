@@ -95,14 +95,15 @@ class OpenAIServer:
             req = self._submit(parsed.generate, request.headers.get("traceparent"))
         except ApiError as err:
             return _error(err)
-        reply = Reply(chat, self.model_name, parsed.include_usage)
+        logprobs = parsed.generate.sampling.logprobs
+        reply = Reply(chat, self.model_name, parsed.include_usage, logprobs=logprobs)
         if parsed.stream:
             return StreamingResponse(self._events(req, reply), media_type="text/event-stream")
         try:
-            text, final = await self._collect(req)
+            whole = await self._collect(req)
         except ServiceFailure as err:
             return _error(from_router_error(err))
-        return JSONResponse(reply.whole(text, final))
+        return JSONResponse(reply.whole(whole))
 
     def _authorize(self, request: HttpRequest) -> None:
         if self.key_checker is None:
@@ -120,14 +121,18 @@ class OpenAIServer:
             raise from_router_error(err) from err
         return req
 
-    async def _collect(self, req: Request) -> tuple[str, pb.GenerateResponse]:
-        parts = []
+    async def _collect(self, req: Request) -> pb.GenerateResponse:
+        """All of the request's items as one: text, token ids and logprobs joined in order,
+        the last item's finish, usage and timings."""
+        whole, parts = pb.GenerateResponse(), []
         try:
             while True:
                 item = await _next_item(req)
                 parts.append(item.text)
+                whole.MergeFrom(item)  # appends repeated fields, but replaces the text
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
-                    return "".join(parts), item
+                    whole.text = "".join(parts)
+                    return whole
         finally:
             self._abort_unfinished(req)
 

@@ -1,6 +1,6 @@
 """OpenAI request bodies turned into the router's own GenerateRequest.
 
-Only what the server can honour is accepted; a parameter it cannot (n > 1, logprobs, tools)
+Only what the server can honour is accepted; a parameter it cannot (n > 1, logit_bias, tools)
 is refused with a 400 naming the parameter, never ignored.
 Values are then validated by the same code as the gRPC API (router.validation).
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from protos import generation_pb2 as pb
 from router.openai_api.errors import ApiError
+from router.validation import MAX_TOP_LOGPROBS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
@@ -45,6 +46,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     for i, message in enumerate(messages):
         request.messages.items.append(_chat_message(message, f"messages[{i}]"))
     _refuse_unsupported(body, chat=True)
+    _chat_logprobs(request.sampling, body)
     return _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
 
 
@@ -63,6 +65,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
             "prompt",
         )
     _refuse_unsupported(body, chat=False)
+    _completion_logprobs(request.sampling, body)
     return _finish(request, body, max_tokens_keys=("max_tokens",))
 
 
@@ -98,8 +101,6 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     best_of = body.get("best_of")
     if best_of not in (None, 1):
         raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs"):
-        raise ApiError(400, "logprobs are not supported", "logprobs")
     if body.get("logit_bias"):
         raise ApiError(400, "logit_bias is not supported", "logit_bias")
     if body.get("tools") or body.get("functions"):
@@ -129,6 +130,36 @@ def _finish(
         raise ApiError(400, "stream_options must be an object", "stream_options")
     include_usage = bool(options.get("include_usage")) and stream
     return ParsedRequest(request, model, stream, include_usage)
+
+
+def _chat_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
+    """Chat's ``logprobs: bool`` and ``top_logprobs: int``; like OpenAI and vLLM, a
+    top_logprobs (even 0) needs logprobs true."""
+    s.logprobs = _flag(body, "logprobs")
+    top = body.get("top_logprobs")
+    if top is None:
+        return
+    if not s.logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    s.top_logprobs = _top_count(top, "top_logprobs")
+
+
+def _completion_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
+    """Completions' ``logprobs: int``: how many top tokens beside the chosen one (0: the
+    chosen one only); null is off."""
+    top = body.get("logprobs")
+    if top is not None:
+        s.logprobs = True
+        s.top_logprobs = _top_count(top, "logprobs")
+
+
+def _top_count(value: Any, key: str) -> int:
+    # The router's validation checks the range again for gRPC; here the 400 names the key.
+    if not _is_int(value) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise ApiError(
+            400, f"{key} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}", key
+        )
+    return value
 
 
 def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple[str, ...]) -> None:

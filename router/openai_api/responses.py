@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.openai_api.logprobs import chat_logprobs, completion_logprobs, text_len
 
 FINISH_REASONS: dict[int, str] = {
     pb.FINISH_REASON_STOP: "stop",
@@ -47,28 +48,35 @@ class Reply:
     chat: bool
     model: str
     include_usage: bool = False
+    logprobs: bool = False  # the request asked for them: items carry one entry per token
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    # Where a completion stream's next tokens start in its text (their text_offset).
+    _text_offset: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.id = self.id or ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex
 
-    def whole(self, text: str, final: pb.GenerateResponse) -> dict[str, Any]:
-        reason = FINISH_REASONS.get(final.finish_reason, "stop")
+    def whole(self, merged: pb.GenerateResponse) -> dict[str, Any]:
+        """The reply to a request that did not stream; ``merged`` is all its items merged:
+        their text and logprobs joined, the last item's finish fields."""
+        reason = FINISH_REASONS.get(merged.finish_reason, "stop")
         if self.chat:
-            choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
+            choice: dict[str, Any] = {"message": {"role": "assistant", "content": merged.text}}
         else:
-            choice = {"text": text}
-        choice.update(index=0, finish_reason=reason, logprobs=None)
-        return {**self._head(False), "choices": [choice], "usage": usage(final)}
+            choice = {"text": merged.text}
+        choice.update(index=0, finish_reason=reason, logprobs=self._logprobs(merged))
+        return {**self._head(False), "choices": [choice], "usage": usage(merged)}
 
     def chunks(self, item: pb.GenerateResponse, first: bool) -> list[str]:
-        """SSE events for one stream item: its text, then its finish and usage if last."""
+        """SSE events for one stream item: its text and tokens' logprobs, then its finish and
+        usage if last."""
         events = []
         if self.chat and first:
             events.append(self._chunk({"role": "assistant", "content": ""}, None))
-        if item.text:
-            events.append(self._chunk({"content": item.text} if self.chat else item.text, None))
+        if item.text or item.logprobs:  # a token without text yet (EOS, half a character)
+            delta = {"content": item.text} if self.chat else item.text
+            events.append(self._chunk(delta, None, self._logprobs(item)))
         if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
             reason = FINISH_REASONS.get(item.finish_reason, "stop")
             events.append(self._chunk({} if self.chat else "", reason))
@@ -76,8 +84,19 @@ class Reply:
                 events.append(sse({**self._head(True), "choices": [], "usage": usage(item)}))
         return events
 
-    def _chunk(self, delta: Any, reason: str | None) -> str:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": None}
+    def _logprobs(self, item: pb.GenerateResponse) -> dict[str, Any] | None:
+        """``item``'s tokens' logprobs in this endpoint's shape; a completion's offsets run on
+        from the tokens before them."""
+        if not self.logprobs:
+            return None
+        if self.chat:
+            return chat_logprobs(item.logprobs)
+        shaped = completion_logprobs(item.logprobs, self._text_offset)
+        self._text_offset += text_len(item.logprobs)
+        return shaped
+
+    def _chunk(self, delta: Any, reason: str | None, logprobs: Any = None) -> str:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": logprobs}
         choice["delta" if self.chat else "text"] = delta
         body = {**self._head(True), "choices": [choice]}
         if self.include_usage:
