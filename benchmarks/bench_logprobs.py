@@ -1,0 +1,136 @@
+"""What logprobs cost through the whole stack, and that they change nothing they should not.
+
+  python -m benchmarks.bench_logprobs [--device cuda --dtype bfloat16] [--prompts 12]
+
+One stack (router, target, one EAGLE replica on the same device) serves batch-1 greedy
+requests on the hand-written short instructions (benchmarks/data), EOS ignored so that every
+reply runs its whole length. Six arms: speculation off and on, each with logprobs off, on
+(the chosen token's only) and on with the 20 likeliest tokens. The arms run interleaved
+prompt by prompt, so a box's drift hits them alike; each arm's tok/s is its tokens over its
+streams' wall time, and its ratio is against the same speculation mode without logprobs.
+
+Checks, recorded in the JSON: the token ids do not change with logprobs; speculation reports
+the target-only values (the largest difference of a chosen token's log-probability).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
+from benchmarks.run_record import machine_info, utc_now, versions
+from splitspec.client import Client, GenerationResult, build_request
+from splitspec.launcher import LocalStack
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODES = {"off": None, "chosen": 0, "top20": 20}  # name -> top_logprobs (None: no logprobs)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", help="the target's and the drafter's device")
+    p.add_argument("--dtype", default="float32", help="their dtype")
+    p.add_argument("--prompts", type=int, default=12, help="short instructions to run")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="each reply's length")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
+    return p.parse_args()
+
+
+def start(device: str, dtype: str) -> LocalStack:
+    import tempfile
+
+    model = ["--device", device, "--dtype", dtype]
+    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-bench-logprobs-"))
+    stack = LocalStack(model, [], log_dir=log_dir, draft_args=[["--method", "eagle", *model]])
+    return stack.start(timeout_s=900)
+
+
+def one_request(
+    client: Client, ids: list[int], max_new: int, speculate: bool, top: int | None
+) -> GenerationResult:
+    request = build_request("", False, max_new, 0.0, speculate=speculate, top_logprobs=top)
+    request.input_ids.ids.extend(ids)
+    request.sampling.ignore_eos = True
+    return client.generate(request)
+
+
+def run_arms(client: Client, prompts: list[list[int]], max_new: int) -> dict:
+    """Every arm on every prompt, arms interleaved; results by arm name."""
+    arms = {f"{'spec' if s else 'base'}_{m}": (s, t) for s in (False, True)
+            for m, t in MODES.items()}  # fmt: skip
+    for speculate, top in arms.values():  # warm-up: the first request of each kind
+        one_request(client, prompts[0], 8, speculate, top)
+    results: dict[str, list[GenerationResult]] = {name: [] for name in arms}
+    for ids in prompts:
+        for name, (speculate, top) in arms.items():
+            results[name].append(one_request(client, ids, max_new, speculate, top))
+    return results
+
+
+def summarize(results: dict[str, list[GenerationResult]]) -> dict:
+    rows = {}
+    for name, runs in results.items():
+        tokens = sum(len(r.token_ids) for r in runs)
+        seconds = sum(r.seconds for r in runs)
+        rows[name] = {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}
+    for name, row in rows.items():
+        row["ratio_to_no_logprobs"] = row["tok_s"] / rows[name.rsplit("_", 1)[0] + "_off"]["tok_s"]
+    return rows
+
+
+def checks(results: dict[str, list[GenerationResult]]) -> dict:
+    same_ids = all(
+        [r.token_ids for r in results[f"{kind}_{mode}"]]
+        == [r.token_ids for r in results[f"{kind}_off"]]
+        for kind in ("base", "spec")
+        for mode in MODES
+    )
+    spec, base = results["spec_top20"], results["base_top20"]
+    diffs = [
+        abs(a.chosen.logprob - b.chosen.logprob)
+        for s, b_run in zip(spec, base, strict=True)
+        if s.token_ids == b_run.token_ids
+        for a, b in zip(s.logprobs, b_run.logprobs, strict=True)
+    ]
+    equal_outputs = sum(s.token_ids == b.token_ids for s, b in zip(spec, base, strict=True))
+    return {
+        "token_ids_unchanged_by_logprobs": same_ids,
+        "spec_equals_target_only": f"{equal_outputs}/{len(spec)}",
+        "max_chosen_logprob_diff_spec_vs_target_only": max(diffs, default=None),
+        "entries_per_token": all(len(r.logprobs) == len(r.token_ids) for r in spec + base),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
+    prompts = chat_ids(texts)
+    stack = start(args.device, args.dtype)
+    try:
+        with Client(stack.router_address) as client:
+            results = run_arms(client, prompts, args.max_new_tokens)
+    finally:
+        stack.stop()
+    spec = results["spec_off"]
+    acceptance = [r.final.speculation.mean_acceptance_length for r in spec if r.final]
+    record = {
+        "benchmark": "logprobs", "when": utc_now(), "device": args.device, "dtype": args.dtype,
+        "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
+        "arms": summarize(results), "checks": checks(results),
+        "mean_acceptance_length": sum(acceptance) / max(1, len(acceptance)),
+        "machine": machine_info(0), "versions": versions(),
+    }  # fmt: skip
+    print(
+        json.dumps({k: record[k] for k in ("arms", "checks", "mean_acceptance_length")}, indent=1)
+    )
+    out = (
+        args.out or RESULTS / f"logprobs_{args.device}_{record['when'][:16].replace(':', '')}.json"
+    )
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
