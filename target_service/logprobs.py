@@ -16,6 +16,7 @@ the same values bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -83,7 +84,7 @@ def read_logprobs(
     model: LlamaForCausalLM,
     pools: SlotPools,
     slot_table: torch.Tensor,
-    queries: list[LogprobQuery | None],
+    queries: Sequence[LogprobQuery | None],
 ) -> list[TokenLogprobs | None]:
     """The answer to each query (None where there is none), from one pass over the rows the
     queries name and one device->host copy."""
