@@ -121,11 +121,14 @@ class TargetEngine:
         )
         if self._fits_verify_graphs(states, trees):
             assert self.verify_graphs is not None
+            tops = [s.sampling.top_logprobs if s.sampling.logprobs else None for s in states]
             with torch.inference_mode():
-                out = self.verify_graphs.run(trees, [it.return_hidden for it in items])
+                out = self.verify_graphs.run(trees, [it.return_hidden for it in items], tops)
         else:
             out = self._verify_eager(states, pad_trees(trees, self.device), items)
-        logprobs = self._logprobs(verify_queries(items, states, out.token_ids))
+        logprobs = out.logprobs  # the graphs' step computes them before its sync
+        if logprobs is None:
+            logprobs = self._logprobs(verify_queries(items, states, out.token_ids))
         return self._verify_step(items, out, logprobs, started)
 
     def _verify_eager(

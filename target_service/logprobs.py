@@ -87,7 +87,7 @@ def read_logprobs(
     queries: Sequence[LogprobQuery | None],
 ) -> list[TokenLogprobs | None]:
     """The answer to each query (None where there is none), from one pass over the rows the
-    queries name and one device->host copy."""
+    queries name and one device->host copy, after the step."""
     asked = [q for q in queries if q is not None]
     if not asked:
         return [None] * len(queries)
@@ -96,14 +96,39 @@ def read_logprobs(
     index = torch.tensor([rows, positions, tokens], dtype=torch.int64).to(device)
     with torch.inference_mode():
         slots = slot_table[index[0], index[1]]
-        logprobs = torch.log_softmax(model.logits(pools.hidden[slots]), dim=-1)
-        chosen = logprobs.gather(1, index[2, :, None])
-        top_values, top_ids = logprobs.topk(max(q.top for q in asked), dim=-1)
-        # Ids are exact in float64: one copy carries all three.
-        packed = torch.cat([chosen.double(), top_values.double(), top_ids.double()], 1)
-        host = packed.tolist()
-    answers = iter(_split(asked, host))
-    return [next(answers) if q is not None else None for q in queries]
+        top = max(q.top for q in asked)
+        host = device_pass(model, pools.hidden[slots], index[2], top).tolist()
+    answers = iter(host)
+    return [
+        answer_from_rows([next(answers) for _ in q.token_ids], q.top) if q is not None else None
+        for q in queries
+    ]
+
+
+def device_pass(
+    model: LlamaForCausalLM, hidden_rows: torch.Tensor, tokens: torch.Tensor, top: int
+) -> torch.Tensor:
+    """[M, 1 + 2 * top] on the device, no sync: per row, the log-probability of its token,
+    then the ``top`` largest and their ids (as floats: one copy carries them all; exact in
+    float32 below 2**24 ids, wider vocabularies pack in float64)."""
+    logprobs = torch.log_softmax(model.logits(hidden_rows), dim=-1)
+    chosen = logprobs.gather(1, tokens[:, None])
+    if not top:
+        return chosen
+    values, ids = logprobs.topk(top, dim=-1)
+    dtype = torch.float32 if logprobs.shape[-1] <= 2**24 else torch.float64
+    return torch.cat([chosen.to(dtype), values.to(dtype), ids.to(dtype)], 1)
+
+
+def answer_from_rows(rows: list[list[float]], top: int) -> TokenLogprobs:
+    """One request's answer from its rows of ``device_pass`` (a row per token)."""
+    answer = TokenLogprobs([], [], [])
+    for row in rows:
+        width = (len(row) - 1) // 2  # the pass's top, at least this request's
+        answer.token_logprobs.append(row[0])
+        answer.top_logprobs += row[1 : 1 + top]
+        answer.top_ids += [int(i) for i in row[1 + width : 1 + width + top]]
+    return answer
 
 
 def _flatten(queries: list[LogprobQuery]) -> tuple[list[int], list[int], list[int]]:
@@ -116,19 +141,3 @@ def _flatten(queries: list[LogprobQuery]) -> tuple[list[int], list[int], list[in
         positions += range(q.first_position, q.first_position + count)
         tokens += q.token_ids
     return rows, positions, tokens
-
-
-def _split(queries: list[LogprobQuery], host: list[list[float]]) -> list[TokenLogprobs]:
-    """Each query's rows of ``host`` ([chosen, top values..., top ids...] per token)."""
-    width = (len(host[0]) - 1) // 2
-    out = []
-    rows = iter(host)
-    for q in queries:
-        answer = TokenLogprobs([], [], [])
-        for _ in q.token_ids:
-            row = next(rows)
-            answer.token_logprobs.append(row[0])
-            answer.top_logprobs += row[1 : 1 + q.top]
-            answer.top_ids += [int(i) for i in row[1 + width : 1 + width + q.top]]
-        out.append(answer)
-    return out

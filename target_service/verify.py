@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,9 @@ from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
 from target_service.tree import Acceptance, TreeLayout, greedy_accept
 from target_service.tree_sampling import tree_rejection_sample
+
+if TYPE_CHECKING:  # logprobs.py imports admission.py, which imports this module's tree_batch
+    from target_service.logprobs import TokenLogprobs
 
 # Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
 # so a request's draws do not depend on the other trees in its batch.
@@ -50,6 +54,9 @@ class VerifyOutput:
     # [B, R, H] on the host, row j of tree b is position start + j; R covers rows 0 ..
     # num_accepted of every tree that asked for them (run_verify: R = N)
     hidden: torch.Tensor | None
+    # Per tree, where the step computed them itself (verify_graphs.py; else the engine reads
+    # them after the step): None for a tree whose request did not ask.
+    logprobs: list[TokenLogprobs | None] | None = None
 
 
 def run_verify(

@@ -36,6 +36,7 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
 from target_service.config import VERIFY_GRAPH_BATCHES
+from target_service.logprobs import TokenLogprobs, answer_from_rows, device_pass
 from target_service.tree_batch import (
     HostTrees,
     PackedTrees,
@@ -163,9 +164,15 @@ class VerifyGraphRunner:
         self.graphs = capture_shapes(shapes, "verify", self.device, self._body)
         log.info("verify graphs: batch %s x tree nodes %s", self.batch_buckets, self.tree_buckets)
 
-    def run(self, trees: HostTrees, want_hidden: list[bool]) -> VerifyOutput:
+    def run(
+        self,
+        trees: HostTrees,
+        want_hidden: list[bool],
+        want_logprobs: list[int | None] | None = None,
+    ) -> VerifyOutput:
         """``hidden``: for the trees ``want_hidden`` marks, rows 0 .. their depth (so at least
-        0 .. num_accepted); None when none does."""
+        0 .. num_accepted); None when none does. ``want_logprobs``: per tree, None or the
+        number of likeliest tokens its request wants beside its committed tokens' logprobs."""
         num_trees, num_nodes = trees.shape
         batch = bucket_for(num_trees, self.batch_buckets)
         nodes = bucket_for(num_nodes, self.tree_buckets)
@@ -176,11 +183,36 @@ class VerifyGraphRunner:
         # rewrite here because the last run synced after its own copy.
         view.inputs.copy_(view.host_inputs, non_blocking=True)
         replay_or_run(self.graphs, (batch, nodes), self._body, self.clock)
+        asked = (
+            want_logprobs if want_logprobs and any(t is not None for t in want_logprobs) else None
+        )
+        # Launched before the sync: the host's launches overlap the replay's device time.
+        packed = self._launch_logprobs(view, nodes, trees, asked) if asked else None
         host_rows = self._copy_back(view, _rows_wanted(trees, want_hidden))
         rows = view.host_ids_np[:num_trees].tolist()
         counts = [row[nodes] for row in rows]
         token_ids = [row[1 : 1 + n] + [row[nodes + 1]] for row, n in zip(rows, counts, strict=True)]
-        return VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees))
+        out = VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees))
+        if packed is not None and asked is not None:
+            out.logprobs = _split_logprobs(packed.tolist(), counts, asked)
+        return out
+
+    def _launch_logprobs(
+        self, view: BucketViews, nodes: int, trees: HostTrees, asked: list[int | None]
+    ) -> torch.Tensor:
+        """Rows 0 .. R - 1 of every tree, R the deepest asking tree's depth + 1: after the
+        compaction row j is position start + j, and it chose path token j + 1, or at j = the
+        accepted count the next token. Packed [trees * R, ...] (logprobs.device_pass)."""
+        num_trees = len(asked)
+        depth = 1 + max(
+            tree_depth(p) for p, t in zip(trees.parents, asked, strict=True) if t is not None
+        )
+        ids = view.ids[:num_trees]
+        ahead = self.node_ids[:depth][None, :] < ids[:, nodes : nodes + 1]
+        tokens = torch.where(ahead, ids[:, 1 : depth + 1], ids[:, nodes + 1 : nodes + 2])
+        hidden = view.hidden[:depth, :num_trees].transpose(0, 1).reshape(-1, view.hidden.shape[-1])
+        top = max(t for t in asked if t is not None)
+        return device_pass(self.model, hidden, tokens.reshape(-1), top)
 
     def _copy_back(self, view: BucketViews, num_rows: int) -> torch.Tensor | None:
         """The ids and hidden rows 0 .. num_rows - 1 of every tree into the host buffers, then
@@ -215,6 +247,17 @@ class VerifyGraphRunner:
         view.ids[:, nodes].copy_(accepted.num_accepted)
         view.ids[:, nodes + 1].copy_(accepted.next_token)
         view.hidden.copy_(self.pools.hidden[node_slots.t()])  # node-major: see StepBuffers
+
+
+def _split_logprobs(
+    host: list[list[float]], counts: list[int], asked: list[int | None]
+) -> list[TokenLogprobs | None]:
+    """Each asking tree's rows 0 .. its accepted count of the pass's equal shares."""
+    depth = len(host) // len(asked)
+    return [
+        None if top is None else answer_from_rows(host[b * depth : b * depth + n + 1], top)
+        for b, (n, top) in enumerate(zip(counts, asked, strict=True))
+    ]
 
 
 def _rows_wanted(trees: HostTrees, want_hidden: list[bool]) -> int:

@@ -50,13 +50,22 @@ def prompt() -> list[int]:
     return list(chat_ids([{"role": "user", "content": "Name three colours of the rainbow."}]))
 
 
-def make_engine(model) -> TargetEngine:
+# The verify runner (target_service/verify_graphs.py) needs the paged attention: on CPU its
+# C++ kernel, where it builds (its step then runs eagerly; on CUDA it replays graphs).
+NO_RUNNER = DEVICE == "cpu" and few_row_linear.unavailable_reason() is not None
+
+
+def make_engine(model, verify_runner: bool = False) -> TargetEngine:
+    """``verify_runner``: greedy verifies through the runner (it computes the logprobs
+    before its sync); else the eager verify (the engine reads them after the step)."""
+    attention = "paged" if verify_runner else "auto"
     config = TargetConfig(
         model_path=default_model_path(), cache_dir=default_cache_dir(), dtype="float32",
-        num_slots=NUM_SLOTS, device=DEVICE, max_decode_steps=4, verify_graphs=DEVICE == "cuda",
+        num_slots=NUM_SLOTS, device=DEVICE, max_decode_steps=4, verify_graphs=verify_runner,
+        attention=attention,
     )  # fmt: skip
     engine = TargetEngine(config, model)
-    attach_graphs(engine, model)  # CUDA: decode and verify graphs, as the service captures
+    attach_graphs(engine, model)  # CUDA: decode graphs; the verify runner where asked
     return engine
 
 
@@ -135,7 +144,8 @@ def assert_matches(lp: TokenLogprobs, ids: list[int], reference: torch.Tensor) -
 
 
 def test_every_commit_path_reports_the_models_distribution(model, prompt, hf) -> None:
-    engines = [make_engine(model) for _ in range(3)]
+    runner = not NO_RUNNER
+    engines = [make_engine(model), make_engine(model), make_engine(model, runner)]
     replays = [Replays(engine) for engine in engines]
     ids, one_a_forward = decode(engines[0], prompt, 1)
     reference = hf_logprobs(hf, prompt, ids)
@@ -145,13 +155,58 @@ def test_every_commit_path_reports_the_models_distribution(model, prompt, hf) ->
     assert_matches(four_a_forward, ids, reference)
     verified_ids, verified = verify_chain(engines[2], prompt, ids)
     assert_matches(verified, verified_ids, hf_logprobs(hf, prompt, verified_ids))
+    eager_ids, eager_verified = verify_chain(make_engine(model), prompt, ids)
+    assert eager_ids == verified_ids
+    assert_matches(eager_verified, verified_ids, hf_logprobs(hf, prompt, verified_ids))
     if DEVICE == "cuda":  # decode steps, multi-step bursts and the verify replayed graphs
         assert all(r.count > 0 for r in replays), [r.count for r in replays]
+    elif runner:  # the verify went through the runner's step
+        assert replays[2].count > 0
     # One engine's paths agree more closely than either with HF.
     torch.testing.assert_close(
         torch.tensor(verified.token_logprobs[: len(ids)]),
         torch.tensor(one_a_forward.token_logprobs),
         atol=1e-4,
+        rtol=0,
+    )
+
+
+@pytest.mark.skipif(
+    NO_RUNNER, reason=f"the CPU paged kernel: {few_row_linear.unavailable_reason()}"
+)
+def test_verify_runner_answers_each_tree_of_a_mixed_batch(model, prompt) -> None:
+    """Trees of other depths, cut short by a wrong draft, beside one whose request did not
+    ask: each asking tree gets its committed tokens' values, the same as verified alone."""
+    ids, _ = decode(make_engine(model), prompt, 1)
+    chains = {"long": ids[:6], "cut": [ids[0], ids[1], (ids[2] + 1) % 1000, ids[3]], "not": ids[:3]}
+    specs = {"long": SPEC, "cut": SamplingSpec(0.0, 1.0, 0, 0, logprobs=True, top_logprobs=2),
+             "not": SamplingSpec(0.0, 1.0, 0, 0)}  # fmt: skip
+    engine = make_engine(model, verify_runner=True)
+    start = len(prompt)
+    trees = []
+    for i, (name, chain) in enumerate(chains.items()):
+        base = 128 * i
+        slots = list(range(base, base + start))
+        engine.forward([StepItem(name, prompt, 0, slots, True, specs[name])])
+        tree_slots = list(range(base + start, base + start + len(chain)))
+        trees.append(VerifyItem(name, start, chain, list(range(-1, len(chain) - 1)), tree_slots))
+    long, cut, plain = engine.verify(trees).results
+    assert (long.num_accepted, cut.num_accepted) == (5, 1) and plain.logprobs is None
+    assert cut.token_ids == [ids[1], ids[2]]  # the wrong draft rejected, the target's token
+    assert long.logprobs is not None and cut.logprobs is not None
+    assert len(long.logprobs.token_logprobs) == 6 and len(long.logprobs.top_ids) == 6 * TOP
+    assert len(cut.logprobs.token_logprobs) == 2 and len(cut.logprobs.top_ids) == 2 * 2
+    _, alone = verify_chain(make_engine(model, verify_runner=True), prompt, ids[:6])
+    torch.testing.assert_close(
+        torch.tensor(long.logprobs.token_logprobs),
+        torch.tensor(alone.token_logprobs[1:]),  # [0] is the prefill's token
+        atol=1e-5,
+        rtol=0,
+    )
+    torch.testing.assert_close(
+        torch.tensor(cut.logprobs.token_logprobs),
+        torch.tensor(alone.token_logprobs[1:3]),
+        atol=1e-5,
         rtol=0,
     )
 
