@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
@@ -23,39 +21,19 @@ from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.logprobs import (
     LogprobQuery,
     TokenLogprobs,
+    decode_pass,
     forward_queries,
     read_logprobs,
+    split_shares,
     verify_queries,
 )
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
 from target_service.sampling_tensors import decode_sampling, sampling_tensors
+from target_service.step_results import StepResult, VerifyStep, verify_results
 from target_service.tree_batch import HostTrees, pad_trees
 from target_service.verify import TreeBatch, VerifyOutput, run_verify
 from target_service.verify_graphs import VerifyGraphRunner
-
-
-@dataclass
-class VerifyResult:
-    token_ids: list[int]  # accepted drafts, then the bonus token
-    num_accepted: int
-    hidden: torch.Tensor | None  # [num_accepted + 1, H] on the host
-    logprobs: TokenLogprobs | None = None  # over token_ids, when the request asked
-
-
-@dataclass
-class StepResult:
-    next_token_ids: list[int]
-    forward_ms: float  # the call's wall time in the engine
-    device_ms: float = 0.0  # of it, the device's (model_runtime/device_clock.py)
-    # None unless a request asked: then one per sampled item (None for one that did not ask)
-    logprobs: list[TokenLogprobs | None] | None = None
-
-
-class VerifyStep(NamedTuple):
-    results: list[VerifyResult]
-    forward_ms: float
-    device_ms: float
 
 
 class TargetEngine:
@@ -92,18 +70,44 @@ class TargetEngine:
         states = admit_step(self.table, self.limits, items, decode_steps)
         batch = build_device_batch(items, states, self.device)
         with torch.inference_mode():
-            if decode_steps > 1:
-                next_ids = run_decode_steps(self, batch, states, decode_steps)
-            elif self._fits_decode_graphs(batch, states):
-                params = decode_sampling(states, batch.positions + 1, self.device)
-                next_ids = self._run_decode_graph(batch, params).tolist()  # the one sync
+            on_device = self._decoded_on_device(batch, states, decode_steps)
+            if on_device is not None:
+                next_ids, logprobs = self._read_decoded(batch, states, on_device)
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
                     next_ids = self._run(batch, sampled)
-        logprobs = self._logprobs(forward_queries(items, states, next_ids, decode_steps))
+                queries = forward_queries(items, states, next_ids, decode_steps)
+                logprobs = self._logprobs(queries)
         wall_ms = (time.perf_counter() - started) * 1e3
         return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs)
+
+    def _decoded_on_device(
+        self, batch: DeviceBatch, states: list[RequestState], steps: int
+    ) -> torch.Tensor | None:
+        """Decode steps with no host work between them (K steps, or one graph replay): ids
+        [R, K] on the device, not synced; None for a step that runs eagerly."""
+        if steps > 1:
+            return run_decode_steps(self, batch, states, steps)
+        if self._fits_decode_graphs(batch, states):
+            params = decode_sampling(states, batch.positions + 1, self.device)
+            return self._run_decode_graph(batch, params)[:, None]
+        return None
+
+    def _read_decoded(
+        self, batch: DeviceBatch, states: list[RequestState], ids: torch.Tensor
+    ) -> tuple[list[int], list[TokenLogprobs | None] | None]:
+        """The step's one sync; where a request asked, the logprob pass is launched before it,
+        so that its launches overlap the steps' device time."""
+        tops = [s.sampling.top_logprobs if s.sampling.logprobs else None for s in states]
+        packed = None
+        if any(t is not None for t in tops):
+            top = max(t for t in tops if t is not None)
+            packed = decode_pass(self.model, self.pools, self.table.slots, batch, ids, top)
+        next_ids = ids.flatten().tolist()  # item-major
+        if packed is None:
+            return next_ids, None
+        return next_ids, split_shares(packed.tolist(), tops, [ids.shape[1]] * len(tops))
 
     def attach_graphs(self, runner: DecodeGraphRunner) -> None:
         """Decode steps that fit ``runner``'s buckets replay its graphs from now on."""
@@ -166,9 +170,7 @@ class TargetEngine:
         logprobs: list[TokenLogprobs | None] | None,
         started: float,
     ) -> VerifyStep:
-        results = self._verify_results(items, out)
-        for result, answer in zip(results, logprobs or [], strict=False):
-            result.logprobs = answer
+        results = verify_results(items, out, logprobs)
         wall_ms = (time.perf_counter() - started) * 1e3
         return VerifyStep(results, wall_ms, self.clock.take_ms())
 
@@ -189,19 +191,6 @@ class TargetEngine:
         )
         runner = self.verify_graphs
         return plain and runner is not None and runner.can_run(*trees.shape)
-
-    @staticmethod
-    def _verify_results(items: list[VerifyItem], out: VerifyOutput) -> list[VerifyResult]:
-        return [
-            VerifyResult(
-                ids,
-                n,
-                out.hidden[b, : n + 1] if it.return_hidden and out.hidden is not None else None,
-            )
-            for b, (it, ids, n) in enumerate(
-                zip(items, out.token_ids, out.num_accepted, strict=True)
-            )
-        ]
 
     def read_hidden(self, request_id: str, start: int, end: int) -> torch.Tensor:
         """Hidden rows of context positions [start, end) of a request, on the host."""

@@ -24,6 +24,7 @@ import torch
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from target_service.admission import MAX_TOP_LOGPROBS, StepItem, VerifyItem
+from target_service.device_batch import DeviceBatch
 from target_service.request_table import RequestState
 
 __all__ = ["MAX_TOP_LOGPROBS", "LogprobQuery", "TokenLogprobs", "read_logprobs"]
@@ -118,6 +119,34 @@ def device_pass(
     values, ids = logprobs.topk(top, dim=-1)
     dtype = torch.float32 if logprobs.shape[-1] <= 2**24 else torch.float64
     return torch.cat([chosen.to(dtype), values.to(dtype), ids.to(dtype)], 1)
+
+
+def decode_pass(
+    model: LlamaForCausalLM,
+    pools: SlotPools,
+    slot_table: torch.Tensor,
+    batch: DeviceBatch,
+    ids: torch.Tensor,
+    top: int,
+) -> torch.Tensor:
+    """``device_pass`` over decode steps' rows, no sync: item i's token k ([R, K] ``ids``) was
+    chosen at position ``batch.positions[i] + k``. Every item's rows (no host index to copy):
+    the caller keeps those of the requests that asked."""
+    offsets = torch.arange(ids.shape[1], device=ids.device)
+    slots = slot_table[batch.rows[:, None], batch.positions[:, None] + offsets]
+    return device_pass(model, pools.hidden[slots.flatten()], ids.flatten(), top)
+
+
+def split_shares(
+    host: list[list[float]], tops: list[int | None], lengths: list[int]
+) -> list[TokenLogprobs | None]:
+    """``host`` holds an equal share of rows per request, in order; a request's answer is the
+    first ``lengths[i]`` rows of its share (None for one whose ``tops`` entry is None)."""
+    share = len(host) // len(tops)
+    return [
+        None if top is None else answer_from_rows(host[i * share : i * share + n], top)
+        for i, (top, n) in enumerate(zip(tops, lengths, strict=True))
+    ]
 
 
 def answer_from_rows(rows: list[list[float]], top: int) -> TokenLogprobs:

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 def run_decode_steps(
     engine: TargetEngine, batch: DeviceBatch, states: list[RequestState], steps: int
-) -> list[int]:
-    """``steps`` decode steps from ``batch`` (one token per request); ids item-major [R * K]."""
+) -> torch.Tensor:
+    """``steps`` decode steps from ``batch`` (one token per request); ids [R, K] on the
+    device, not yet synced (the engine reads them back, with logprobs where asked)."""
     # Built once: the per-request parameters do not change between steps, only the position.
     params = decode_sampling(states, batch.positions + 1, engine.device)
     input_ids = batch.input_ids
@@ -47,4 +48,4 @@ def run_decode_steps(
         step_params = None if params is None else replace(params, position=step.positions + 1)
         input_ids = engine.decode_on_device(step, states, step_params)
         sampled.append(input_ids)
-    return torch.stack(sampled, dim=1).flatten().tolist()  # the one device->host sync
+    return torch.stack(sampled, dim=1)

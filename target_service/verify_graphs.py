@@ -36,7 +36,7 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
 from target_service.config import VERIFY_GRAPH_BATCHES
-from target_service.logprobs import TokenLogprobs, answer_from_rows, device_pass
+from target_service.logprobs import device_pass, split_shares
 from target_service.tree_batch import (
     HostTrees,
     PackedTrees,
@@ -194,7 +194,7 @@ class VerifyGraphRunner:
         token_ids = [row[1 : 1 + n] + [row[nodes + 1]] for row, n in zip(rows, counts, strict=True)]
         out = VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees))
         if packed is not None and asked is not None:
-            out.logprobs = _split_logprobs(packed.tolist(), counts, asked)
+            out.logprobs = split_shares(packed.tolist(), asked, [n + 1 for n in counts])
         return out
 
     def _launch_logprobs(
@@ -247,17 +247,6 @@ class VerifyGraphRunner:
         view.ids[:, nodes].copy_(accepted.num_accepted)
         view.ids[:, nodes + 1].copy_(accepted.next_token)
         view.hidden.copy_(self.pools.hidden[node_slots.t()])  # node-major: see StepBuffers
-
-
-def _split_logprobs(
-    host: list[list[float]], counts: list[int], asked: list[int | None]
-) -> list[TokenLogprobs | None]:
-    """Each asking tree's rows 0 .. its accepted count of the pass's equal shares."""
-    depth = len(host) // len(asked)
-    return [
-        None if top is None else answer_from_rows(host[b * depth : b * depth + n + 1], top)
-        for b, (n, top) in enumerate(zip(counts, asked, strict=True))
-    ]
 
 
 def _rows_wanted(trees: HostTrees, want_hidden: list[bool]) -> int:

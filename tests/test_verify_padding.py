@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from target_service.config import TargetConfig
-from target_service.engine import StepItem, TargetEngine, VerifyItem, VerifyResult
+from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.request_table import SamplingSpec
+from target_service.step_results import VerifyResult
 from tests.helpers.spec_fixtures import greedy_reference, load_fp64
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
