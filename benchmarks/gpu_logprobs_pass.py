@@ -15,13 +15,15 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import torch
+
 from benchmarks.gpu_stack import chat_ids
 from benchmarks.run_record import utc_now, versions
 from model_runtime.loading import default_model_path
 from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
-from target_service.logprobs import LogprobQuery, read_logprobs
+from target_service.logprobs import device_pass
 from target_service.request_table import SamplingSpec
 from target_service.server import build_engine
 
@@ -41,6 +43,11 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append((time.perf_counter() - began) * 1e3)
     return statistics.median(times)
+
+
+def read_pass(*args) -> list:
+    """The pass alone, on rows already in the pool, and its read-back."""
+    return device_pass(*args).tolist()
 
 
 def open_requests(engine: TargetEngine, prompt: list[int]) -> dict[str, list[int]]:
@@ -72,10 +79,11 @@ def time_steps(engine: TargetEngine, prompt: list[int], repeats: int) -> dict:
             out[f"decode8_{name}_ms"] = median_ms(step, repeats)
     state = engine.table.get("top20")
     for rows in (CHAIN, STEPS):
+        slots = engine.table.slots[state.row, start : start + rows]
+        tokens = torch.tensor(chains["top20"][:1] * rows, device=slots.device)
         for top in (0, 20):
-            query = [LogprobQuery(state.row, start, chains["top20"][:1] * rows, top)]
-            read = partial(read_logprobs, engine.model, engine.pools, engine.table.slots, query)
-            out[f"pass_rows{rows}_top{top}_ms"] = median_ms(read, repeats)
+            args = (engine.model, engine.pools.hidden[slots], tokens, top)
+            out[f"pass_rows{rows}_top{top}_ms"] = median_ms(partial(read_pass, *args), repeats)
     return out
 
 

@@ -18,15 +18,8 @@ from target_service.config import TargetConfig
 from target_service.device_batch import DeviceBatch, build_device_batch
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
-from target_service.logprobs import (
-    LogprobQuery,
-    TokenLogprobs,
-    decode_pass,
-    forward_queries,
-    read_logprobs,
-    split_shares,
-    verify_queries,
-)
+from target_service.logprob_pass import TokenLogprobs, logits_pass, split_shares, widest
+from target_service.logprobs import asked_tops, decode_pass, rows_needed
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
 from target_service.sampling_tensors import decode_sampling, sampling_tensors
@@ -76,9 +69,7 @@ class TargetEngine:
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
-                    next_ids = self._run(batch, sampled)
-                queries = forward_queries(items, states, next_ids, decode_steps)
-                logprobs = self._logprobs(queries)
+                    next_ids, logprobs = self._run(batch, sampled)
         wall_ms = (time.perf_counter() - started) * 1e3
         return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs)
 
@@ -99,13 +90,13 @@ class TargetEngine:
     ) -> tuple[list[int], list[TokenLogprobs | None] | None]:
         """The step's one sync; where a request asked, the logprob pass is launched before it,
         so that its launches overlap the steps' device time."""
-        tops = [s.sampling.top_logprobs if s.sampling.logprobs else None for s in states]
+        tops = asked_tops(states)
         packed = None
-        if any(t is not None for t in tops):
-            top = max(t for t in tops if t is not None)
-            packed = decode_pass(self.model, self.pools, self.table.slots, batch, ids, top)
+        if tops is not None:
+            args = (self.model, self.pools, self.table.slots, batch, ids, widest(tops))
+            packed = decode_pass(*args)
         next_ids = ids.flatten().tolist()  # item-major
-        if packed is None:
+        if packed is None or tops is None:
             return next_ids, None
         return next_ids, split_shares(packed.tolist(), tops, [ids.shape[1]] * len(tops))
 
@@ -123,20 +114,22 @@ class TargetEngine:
             [s.row for s in states],
             [it.start_pos for it in items],
         )
+        tops = asked_tops(states)
         if self._fits_verify_graphs(states, trees):
             assert self.verify_graphs is not None
-            tops = [s.sampling.top_logprobs if s.sampling.logprobs else None for s in states]
             with torch.inference_mode():
                 out = self.verify_graphs.run(trees, [it.return_hidden for it in items], tops)
         else:
-            out = self._verify_eager(states, pad_trees(trees, self.device), items)
-        logprobs = out.logprobs  # the graphs' step computes them before its sync
-        if logprobs is None:
-            logprobs = self._logprobs(verify_queries(items, states, out.token_ids))
-        return self._verify_step(items, out, logprobs, started)
+            asked = (tops, rows_needed(trees.parents, tops)) if tops is not None else None
+            out = self._verify_eager(states, pad_trees(trees, self.device), items, asked)
+        return self._verify_step(items, out, started)
 
     def _verify_eager(
-        self, states: list[RequestState], trees: TreeBatch, items: list[VerifyItem]
+        self,
+        states: list[RequestState],
+        trees: TreeBatch,
+        items: list[VerifyItem],
+        logprobs: tuple[list[int | None], int] | None,
     ) -> VerifyOutput:
         """Any tree: sampling, penalties, sizes past the verify graphs' buckets."""
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
@@ -151,6 +144,7 @@ class TargetEngine:
                 greedy,
                 any(it.return_hidden for it in items),
                 paged=self.paged,
+                logprobs=logprobs,
                 penalize=lambda logits, layout: penalties.penalize_tree(
                     logits, states, trees.tokens, trees.valid, layout.ancestors
                 ),
@@ -164,23 +158,11 @@ class TargetEngine:
         runner.clock = self.clock
 
     def _verify_step(
-        self,
-        items: list[VerifyItem],
-        out: VerifyOutput,
-        logprobs: list[TokenLogprobs | None] | None,
-        started: float,
+        self, items: list[VerifyItem], out: VerifyOutput, started: float
     ) -> VerifyStep:
-        results = verify_results(items, out, logprobs)
+        results = verify_results(items, out)
         wall_ms = (time.perf_counter() - started) * 1e3
         return VerifyStep(results, wall_ms, self.clock.take_ms())
-
-    def _logprobs(
-        self, queries: list[LogprobQuery | None] | None
-    ) -> list[TokenLogprobs | None] | None:
-        """After the step: its committed tokens' log-probabilities (target_service/logprobs.py)."""
-        if queries is None:
-            return None
-        return read_logprobs(self.model, self.pools, self.table.slots, queries)
 
     def _fits_verify_graphs(self, states: list[RequestState], trees: HostTrees) -> bool:
         plain = all(
@@ -208,15 +190,25 @@ class TargetEngine:
 
     # ---- the step -----------------------------------------------------------------------
 
-    def _run(self, batch: DeviceBatch, sampled: list[RequestState]) -> list[int]:
+    def _run(
+        self, batch: DeviceBatch, sampled: list[RequestState]
+    ) -> tuple[list[int], list[TokenLogprobs | None] | None]:
+        """The eager step: next ids of the sampled items, and the logprobs of those whose
+        request asked, from the step's own logits (before penalties)."""
         hidden = self._forward_tokens(batch)
         if not sampled:
-            return []
-        logits = penalties.penalize(self.model.logits(hidden[batch.sample_index]), sampled)
+            return [], None
+        raw = self.model.logits(hidden[batch.sample_index])
+        logits = penalties.penalize(raw, sampled)
         params = sampling_tensors(sampled, batch.positions[batch.sample_index] + 1, self.device)
-        next_ids = sample(logits, params).tolist()  # the step's one device->host sync
+        ids = sample(logits, params)
+        tops = asked_tops(sampled)
+        packed = logits_pass(raw, ids, widest(tops)) if tops is not None else None
+        next_ids = ids.tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
-        return next_ids
+        if packed is None or tops is None:
+            return next_ids, None
+        return next_ids, split_shares(packed.tolist(), tops, [1] * len(tops))
 
     def _forward_tokens(self, batch: DeviceBatch) -> torch.Tensor:
         """The model over the batch's tokens; writes their KV and hidden rows; hidden out."""

@@ -11,7 +11,7 @@ from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
-from target_service.logprobs import TokenLogprobs
+from target_service.logprob_pass import TokenLogprobs
 from target_service.request_table import SamplingSpec
 
 # 256 rows of SmolLM2 (576 fp32) are 576 KiB: far under the message limit, large enough to

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from target_service.admission import VerifyItem
-from target_service.logprobs import TokenLogprobs
+from target_service.logprob_pass import TokenLogprobs
 from target_service.verify import VerifyOutput
 
 
@@ -35,12 +35,10 @@ class VerifyStep(NamedTuple):
     device_ms: float
 
 
-def verify_results(
-    items: list[VerifyItem], out: VerifyOutput, logprobs: list[TokenLogprobs | None] | None
-) -> list[VerifyResult]:
+def verify_results(items: list[VerifyItem], out: VerifyOutput) -> list[VerifyResult]:
     """One result per tree: its committed ids, its hidden rows where it asked for them, its
     logprobs where its request asked for them."""
-    answers = logprobs or [None] * len(items)
+    answers = out.logprobs or [None] * len(items)
     return [
         VerifyResult(
             ids,

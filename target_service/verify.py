@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,11 +19,16 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata, for_trees
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
+from target_service.logprob_pass import (
+    TokenLogprobs,
+    Tops,
+    committed_tokens,
+    logits_pass,
+    split_shares,
+    widest,
+)
 from target_service.tree import Acceptance, TreeLayout, greedy_accept
 from target_service.tree_sampling import tree_rejection_sample
-
-if TYPE_CHECKING:  # logprobs.py imports admission.py, which imports this module's tree_batch
-    from target_service.logprobs import TokenLogprobs
 
 # Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
 # so a request's draws do not depend on the other trees in its batch.
@@ -69,7 +73,10 @@ def run_verify(
     want_hidden: bool,
     penalize: Callable[[torch.Tensor, TreeLayout], torch.Tensor] | None = None,
     paged: bool = False,
+    logprobs: tuple[Tops, int] | None = None,
 ) -> VerifyOutput:
+    """``logprobs``: each tree's ask and the path nodes to cover (logprobs.rows_needed), where
+    a request asked: computed from this pass's own logits, before the read-back's sync."""
     mask = tree_ops.tree_mask_and_positions(trees.parents, trees.valid, trees.start_pos)
     layout, positions = mask.layout(), mask.positions
     num_req, num_nodes = trees.tokens.shape
@@ -89,12 +96,30 @@ def run_verify(
         logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
         logits[real] = model.logits(hidden)
     logits = logits.view(num_req, num_nodes, -1)
+    raw = logits  # what logprobs report: before penalties
     if penalize is not None:  # presence/frequency penalties, per node (target_service.penalties)
         logits = penalize(logits, layout)
     accepted = _accept(trees, layout, logits, params, greedy)
     tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
-    return _read_back(trees, accepted, rows)
+    packed = _path_logprobs(trees, raw, accepted, *logprobs) if logprobs else None
+    out = _read_back(trees, accepted, rows)
+    if packed is not None and logprobs is not None:
+        lengths = [n + 1 for n in out.num_accepted]
+        out.logprobs = split_shares(packed.tolist(), logprobs[0], lengths)
+    return out
+
+
+def _path_logprobs(
+    trees: TreeBatch, logits: torch.Tensor, accepted: Acceptance, tops: Tops, rows: int
+) -> torch.Tensor:
+    """The pass over the logits of each tree's first ``rows`` path nodes, on the device."""
+    path = accepted.path[:, :rows].clamp(min=0)  # -1 past the accepted count: junk, dropped
+    vocab = logits.shape[-1]
+    path_logits = logits.gather(1, path[:, :, None].expand(-1, -1, vocab)).reshape(-1, vocab)
+    path_tokens = trees.tokens.gather(1, accepted.path.clamp(min=0))
+    tokens = committed_tokens(path_tokens, accepted.num_accepted, accepted.next_token, rows)
+    return logits_pass(path_logits, tokens.reshape(-1), widest(tops))
 
 
 def _tree_metadata(

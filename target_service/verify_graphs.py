@@ -36,7 +36,8 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
 from target_service.config import VERIFY_GRAPH_BATCHES
-from target_service.logprobs import device_pass, split_shares
+from target_service.logprob_pass import Tops, committed_tokens, split_shares, widest
+from target_service.logprobs import device_pass, rows_needed
 from target_service.tree_batch import (
     HostTrees,
     PackedTrees,
@@ -168,11 +169,12 @@ class VerifyGraphRunner:
         self,
         trees: HostTrees,
         want_hidden: list[bool],
-        want_logprobs: list[int | None] | None = None,
+        want_logprobs: Tops | None = None,
     ) -> VerifyOutput:
         """``hidden``: for the trees ``want_hidden`` marks, rows 0 .. their depth (so at least
         0 .. num_accepted); None when none does. ``want_logprobs``: per tree, None or the
-        number of likeliest tokens its request wants beside its committed tokens' logprobs."""
+        number of likeliest tokens its request wants beside its committed tokens' logprobs
+        (None: no request asked)."""
         num_trees, num_nodes = trees.shape
         batch = bucket_for(num_trees, self.batch_buckets)
         nodes = bucket_for(num_nodes, self.tree_buckets)
@@ -183,9 +185,7 @@ class VerifyGraphRunner:
         # rewrite here because the last run synced after its own copy.
         view.inputs.copy_(view.host_inputs, non_blocking=True)
         replay_or_run(self.graphs, (batch, nodes), self._body, self.clock)
-        asked = (
-            want_logprobs if want_logprobs and any(t is not None for t in want_logprobs) else None
-        )
+        asked = want_logprobs  # None when no request asked
         # Launched before the sync: the host's launches overlap the replay's device time.
         packed = self._launch_logprobs(view, nodes, trees, asked) if asked else None
         host_rows = self._copy_back(view, _rows_wanted(trees, want_hidden))
@@ -198,21 +198,17 @@ class VerifyGraphRunner:
         return out
 
     def _launch_logprobs(
-        self, view: BucketViews, nodes: int, trees: HostTrees, asked: list[int | None]
+        self, view: BucketViews, nodes: int, trees: HostTrees, asked: Tops
     ) -> torch.Tensor:
         """Rows 0 .. R - 1 of every tree, R the deepest asking tree's depth + 1: after the
         compaction row j is position start + j, and it chose path token j + 1, or at j = the
         accepted count the next token. Packed [trees * R, ...] (logprobs.device_pass)."""
         num_trees = len(asked)
-        depth = 1 + max(
-            tree_depth(p) for p, t in zip(trees.parents, asked, strict=True) if t is not None
-        )
+        depth = rows_needed(trees.parents, asked)
         ids = view.ids[:num_trees]
-        ahead = self.node_ids[:depth][None, :] < ids[:, nodes : nodes + 1]
-        tokens = torch.where(ahead, ids[:, 1 : depth + 1], ids[:, nodes + 1 : nodes + 2])
+        tokens = committed_tokens(ids[:, :nodes], ids[:, nodes], ids[:, nodes + 1], depth)
         hidden = view.hidden[:depth, :num_trees].transpose(0, 1).reshape(-1, view.hidden.shape[-1])
-        top = max(t for t in asked if t is not None)
-        return device_pass(self.model, hidden, tokens.reshape(-1), top)
+        return device_pass(self.model, hidden, tokens.reshape(-1), widest(asked))
 
     def _copy_back(self, view: BucketViews, num_rows: int) -> torch.Tensor | None:
         """The ids and hidden rows 0 .. num_rows - 1 of every tree into the host buffers, then

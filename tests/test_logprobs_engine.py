@@ -23,7 +23,7 @@ from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep
-from target_service.logprobs import TokenLogprobs
+from target_service.logprob_pass import TokenLogprobs
 from target_service.request_table import SamplingSpec
 from target_service.server import attach_graphs, build_engine
 from tests.helpers.prompts import chat_ids
@@ -171,17 +171,25 @@ def test_every_commit_path_reports_the_models_distribution(model, prompt, hf) ->
     )
 
 
-@pytest.mark.skipif(
-    NO_RUNNER, reason=f"the CPU paged kernel: {few_row_linear.unavailable_reason()}"
-)
-def test_verify_runner_answers_each_tree_of_a_mixed_batch(model, prompt) -> None:
-    """Trees of other depths, cut short by a wrong draft, beside one whose request did not
-    ask: each asking tree gets its committed tokens' values, the same as verified alone."""
+@pytest.mark.parametrize(
+    "verify_runner",
+    [
+        False,
+        pytest.param(True, marks=pytest.mark.skipif(
+            NO_RUNNER, reason=f"the CPU paged kernel: {few_row_linear.unavailable_reason()}"
+        )),
+    ],
+    ids=["eager-verify", "verify-runner"],
+)  # fmt: skip
+def test_each_tree_of_a_mixed_batch_gets_its_own(model, prompt, verify_runner: bool) -> None:
+    """Trees of other depths (padded in one batch), one cut short by a wrong draft, beside one
+    whose request did not ask: each asking tree gets its committed tokens' values, the same as
+    verified alone."""
     ids, _ = decode(make_engine(model), prompt, 1)
     chains = {"long": ids[:6], "cut": [ids[0], ids[1], (ids[2] + 1) % 1000, ids[3]], "not": ids[:3]}
     specs = {"long": SPEC, "cut": SamplingSpec(0.0, 1.0, 0, 0, logprobs=True, top_logprobs=2),
              "not": SamplingSpec(0.0, 1.0, 0, 0)}  # fmt: skip
-    engine = make_engine(model, verify_runner=True)
+    engine = make_engine(model, verify_runner)
     start = len(prompt)
     trees = []
     for i, (name, chain) in enumerate(chains.items()):
@@ -196,7 +204,7 @@ def test_verify_runner_answers_each_tree_of_a_mixed_batch(model, prompt) -> None
     assert long.logprobs is not None and cut.logprobs is not None
     assert len(long.logprobs.token_logprobs) == 6 and len(long.logprobs.top_ids) == 6 * TOP
     assert len(cut.logprobs.token_logprobs) == 2 and len(cut.logprobs.top_ids) == 2 * 2
-    _, alone = verify_chain(make_engine(model, verify_runner=True), prompt, ids[:6])
+    _, alone = verify_chain(make_engine(model, verify_runner), prompt, ids[:6])
     torch.testing.assert_close(
         torch.tensor(long.logprobs.token_logprobs),
         torch.tensor(alone.token_logprobs[1:]),  # [0] is the prefill's token
