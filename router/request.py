@@ -7,6 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# W3C Trace Context's headers, carried from a client's gRPC metadata or HTTP request.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -40,7 +43,9 @@ class Request:
     prompt_ids: list[int]
     options: SamplingOptions
     speculate: bool | None = None
-    trace_parent: str | None = None  # the client's W3C traceparent (router/request_spans.py)
+    # The client's W3C trace context (its traceparent and tracestate headers), which the
+    # request's span continues (router/request_spans.py); empty: the trace starts here.
+    trace_context: dict[str, str] = field(default_factory=dict)
     arrival: float = field(default_factory=time.perf_counter)
     match_node: Any = None
     cached_len: int = 0

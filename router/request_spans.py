@@ -2,7 +2,8 @@
 
 ``splitspec.generate`` (kind SERVER) runs from the request's arrival to its end, with children
 ``queue`` (arrival to first scheduled), ``prefill`` (to the first token) and ``decode`` (to the
-end). A client's W3C ``traceparent`` makes it a child of the client's span. The target's and the
+end). A client's W3C ``traceparent`` makes it a child of the client's span (its ``tracestate``
+rides along). The target's and the
 drafters' calls get no spans and no trace context: spans per step would add work to every step
 of the hot path, for every request in the batch.
 Attributes follow the OpenTelemetry GenAI conventions where one fits, else ``splitspec.*``.
@@ -64,7 +65,9 @@ class RequestSpans(Observer):
     def _record(self, req: Any, reason: int, now: float, error: str) -> None:
         ns = self.clock.ns
         # An empty Context, not the current one: without a traceparent the trace starts here.
-        parent = W3C.extract({"traceparent": req.trace_parent}) if req.trace_parent else Context()
+        # A tracestate rides along: the span carries the client's vendor entries on.
+        context = req.trace_context
+        parent = W3C.extract(context) if "traceparent" in context else Context()
         span = self.tracer.start_span(
             "splitspec.generate", parent, trace.SpanKind.SERVER,
             attributes=span_attributes(req, reason, now, self.model_name),

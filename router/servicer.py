@@ -12,7 +12,7 @@ from router.admission import AdmissionLimits, check_fields, check_prompt_len
 from router.discovery import DraftDiscovery
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.output import coalesce
-from router.request import Request
+from router.request import TRACE_HEADERS, Request
 from router.scheduler import Scheduler
 from router.strict_parse import Unparsable
 from router.validation import Limits, prompt_ids, sampling_options
@@ -45,7 +45,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         if isinstance(request, Unparsable):  # router/strict_parse.py
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         try:
-            req = self._build(request, _trace_parent(context))
+            req = self._build(request, _trace_context(context))
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded, DuplicateRequest, ServiceFailure) as err:
             # Status and return, not abort(): no exception through gRPC's handler, a third less
@@ -108,7 +108,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             multi_step_forwards=s.multi_step.num_forwards,
         )
 
-    def _build(self, request: pb.GenerateRequest, trace_parent: str | None = None) -> Request:
+    def _build(
+        self, request: pb.GenerateRequest, trace_context: dict[str, str] | None = None
+    ) -> Request:
         self.scheduler.check_queue()  # a full queue refuses before any tokenizing
         check_fields(request, self.admit)
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
@@ -123,12 +125,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             )
         speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None
         request_id = request.request_id or uuid.uuid4().hex
-        return Request(request_id, ids, options, speculate, trace_parent=trace_parent)
+        return Request(request_id, ids, options, speculate, trace_context=trace_context or {})
 
 
-def _trace_parent(context: grpc.aio.ServicerContext) -> str | None:
-    """The caller's W3C traceparent, which the request's span continues (request_spans.py)."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "traceparent":
-            return value
-    return None
+def _trace_context(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The caller's W3C trace context from its metadata (request_spans.py continues it)."""
+    metadata = context.invocation_metadata() or ()
+    return {key: value for key, value in metadata if key in TRACE_HEADERS}

@@ -1,6 +1,7 @@
 """Tracing (router/tracing.py, router/request_spans.py): a router with --otlp-traces-endpoint
 sends a span per request to an OTLP/gRPC collector, a real one started here in the test's
-process; a client's traceparent continues into it; a collector that is down costs no request."""
+process; a client's traceparent (and tracestate) continues into it; a collector that is down
+costs no request."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ CLIENT_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"
 HTTP_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 HTTP_TRACEPARENT = f"00-{HTTP_TRACE_ID}-b7ad6b7169203331-01"
+TRACESTATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"  # W3C's own example: two vendors' entries
 PROMPT = [5, 6, 7, 8, 9] * 4  # repeats: the n-gram drafter proposes, so rounds verify
 
 
@@ -96,7 +98,8 @@ def complete_over_http(http_port: int) -> dict[str, Any]:
     body = json.dumps({"prompt": "Hello there", "max_tokens": 4}).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{http_port}/v1/completions", body,
-        {"content-type": "application/json", "traceparent": HTTP_TRACEPARENT},
+        {"content-type": "application/json", "traceparent": HTTP_TRACEPARENT,
+         "tracestate": TRACESTATE},
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=120) as reply:
         return json.loads(reply.read())
@@ -121,7 +124,9 @@ def test_a_span_per_request_continues_the_clients_trace(
         # The spans leave when the stack stops at the end of the `with` (the flush at shutdown;
         # the SDK's own schedule, every 5 s, has not come yet).
         with running_stack(tmp_path, tiny_model_dir, drafts, (), router_args) as (_, router):
-            traced = generate(router, "traced-1", (("traceparent", TRACEPARENT),))
+            traced = generate(
+                router, "traced-1", (("traceparent", TRACEPARENT), ("tracestate", TRACESTATE))
+            )
             fresh = generate(router, "fresh-1")
             cancel_after_first_item(router, "cancelled-1")
             completion = complete_over_http(http_port)
@@ -138,6 +143,7 @@ def test_a_span_per_request_continues_the_clients_trace(
     span = by_request["traced-1"]
     assert span.kind == trace_pb2.Span.SPAN_KIND_SERVER
     assert span.trace_id.hex() == TRACE_ID and span.parent_span_id.hex() == CLIENT_SPAN_ID
+    assert span.trace_state == TRACESTATE  # the client's vendor entries carried on
     fields = attributes(span.attributes)
     assert fields["gen_ai.usage.output_tokens"] == len(traced.token_ids) == 12
     assert fields["gen_ai.usage.input_tokens"] == traced.final.usage.prompt_tokens == len(PROMPT)
@@ -161,6 +167,7 @@ def test_a_span_per_request_continues_the_clients_trace(
 
     over_http = [s for s in by_request.values() if s.trace_id.hex() == HTTP_TRACE_ID]
     assert len(over_http) == 1  # the HTTP API's traceparent header continues too
+    assert over_http[0].trace_state == TRACESTATE
     output_tokens = attributes(over_http[0].attributes)["gen_ai.usage.output_tokens"]
     assert output_tokens == completion["usage"]["completion_tokens"]
 

@@ -22,7 +22,7 @@ from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol
 from router.openai_api.errors import ApiError, from_router_error
 from router.openai_api.responses import DONE, Reply, sse
-from router.request import Request
+from router.request import TRACE_HEADERS, Request
 
 # Given the bearer token (None when the header is missing), says whether it may call /v1/*.
 KeyChecker = Callable[[str | None], bool]
@@ -92,7 +92,8 @@ class OpenAIServer:
             if parsed.model is not None and parsed.model != self.model_name:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")
-            req = self._submit(parsed.generate, request.headers.get("traceparent"))
+            trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
+            req = self._submit(parsed.generate, trace_context)
         except ApiError as err:
             return _error(err)
         logprobs = parsed.generate.sampling.logprobs
@@ -113,9 +114,9 @@ class OpenAIServer:
         if not self.key_checker(key):
             raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
 
-    def _submit(self, generate: pb.GenerateRequest, trace_parent: str | None) -> Request:
+    def _submit(self, generate: pb.GenerateRequest, trace_context: dict[str, str]) -> Request:
         try:
-            req = self.servicer._build(generate, trace_parent)  # the gRPC API's own validation
+            req = self.servicer._build(generate, trace_context)  # the gRPC API's validation
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded) as err:
             raise from_router_error(err) from err
