@@ -296,5 +296,6 @@ class Scheduler:
         for req in reqs:
             req.outbox.put_nowait(ServiceFailure(message))
             telemetry.observer().request_failed(req, message, now)
+            self.counters.record_failed(req)
         # KV written by a failed step is not trusted: nothing of these requests is cached.
         await self._finish(reqs, cache=False)

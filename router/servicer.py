@@ -78,6 +78,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
 
     async def GetServerStatus(self, request, context):  # noqa: N802
         s, kv = self.scheduler, self.scheduler.kv
+        in_flight = [*s.running, *s.waiting]
         return pb.ServerStatus(
             num_running=len(s.running),
             num_waiting=len(s.waiting),
@@ -85,9 +86,9 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             num_free_slots=kv.num_free,
             num_cached_tokens=kv.cache.num_cached_tokens,
             num_finished_requests=s.counters.num_finished,
-            num_generated_tokens=s.counters.num_generated_tokens,
+            num_generated_tokens=s.counters.generated_tokens(in_flight),
             uptime_s=s.counters.uptime_s,
-            speculation=s.counters.speculation(),
+            speculation=s.counters.speculation(in_flight),
             speculation_switch=s.mode.switch.status(),
             target_only_steps=s.mode.timings.status(speculative=False),
             speculative_steps=s.mode.timings.status(speculative=True),
