@@ -18,7 +18,7 @@ from target_service.config import TargetConfig
 from target_service.device_batch import DeviceBatch, build_device_batch
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
-from target_service.logprob_pass import TokenLogprobs, logits_pass, split_shares, widest
+from target_service.logprob_pass import TokenLogprobs, Tops, logits_pass, read_back, widest
 from target_service.logprobs import asked_tops, decode_pass, rows_needed
 from target_service.multi_step import run_decode_steps
 from target_service.request_table import RequestState, RequestTable
@@ -96,9 +96,7 @@ class TargetEngine:
             args = (self.model, self.pools, self.table.slots, batch, ids, widest(tops))
             packed = decode_pass(*args)
         next_ids = ids.flatten().tolist()  # item-major
-        if packed is None or tops is None:
-            return next_ids, None
-        return next_ids, split_shares(packed.tolist(), tops, [ids.shape[1]] * len(tops))
+        return next_ids, read_back(packed, tops, [ids.shape[1]] * len(states))
 
     def attach_graphs(self, runner: DecodeGraphRunner) -> None:
         """Decode steps that fit ``runner``'s buckets replay its graphs from now on."""
@@ -129,7 +127,7 @@ class TargetEngine:
         states: list[RequestState],
         trees: TreeBatch,
         items: list[VerifyItem],
-        logprobs: tuple[list[int | None], int] | None,
+        logprobs: tuple[Tops, int] | None,
     ) -> VerifyOutput:
         """Any tree: sampling, penalties, sizes past the verify graphs' buckets."""
         greedy = torch.tensor([s.sampling.temperature == 0 for s in states])
@@ -206,9 +204,7 @@ class TargetEngine:
         packed = logits_pass(raw, ids, widest(tops)) if tops is not None else None
         next_ids = ids.tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
-        if packed is None or tops is None:
-            return next_ids, None
-        return next_ids, split_shares(packed.tolist(), tops, [1] * len(tops))
+        return next_ids, read_back(packed, tops, [1] * len(sampled))
 
     def _forward_tokens(self, batch: DeviceBatch) -> torch.Tensor:
         """The model over the batch's tokens; writes their KV and hidden rows; hidden out."""

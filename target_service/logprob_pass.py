@@ -46,6 +46,15 @@ def committed_tokens(
     return torch.where(ahead, shifted, next_token[:, None])
 
 
+def read_back(
+    packed: torch.Tensor | None, tops: Tops | None, lengths: list[int]
+) -> list[TokenLogprobs | None] | None:
+    """After the step's sync: each request's answer (``split_shares``), None when none asked."""
+    if packed is None or tops is None:
+        return None
+    return split_shares(packed.tolist(), tops, lengths)
+
+
 def split_shares(
     host: list[list[float]], tops: Tops, lengths: list[int]
 ) -> list[TokenLogprobs | None]:

@@ -24,7 +24,7 @@ from target_service.logprob_pass import (
     Tops,
     committed_tokens,
     logits_pass,
-    split_shares,
+    read_back,
     widest,
 )
 from target_service.tree import Acceptance, TreeLayout, greedy_accept
@@ -104,9 +104,8 @@ def run_verify(
     rows = pools.hidden[node_slots] if want_hidden else None
     packed = _path_logprobs(trees, raw, accepted, *logprobs) if logprobs else None
     out = _read_back(trees, accepted, rows)
-    if packed is not None and logprobs is not None:
-        lengths = [n + 1 for n in out.num_accepted]
-        out.logprobs = split_shares(packed.tolist(), logprobs[0], lengths)
+    tops = logprobs[0] if logprobs else None
+    out.logprobs = read_back(packed, tops, [n + 1 for n in out.num_accepted])
     return out
 
 

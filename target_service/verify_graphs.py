@@ -36,7 +36,7 @@ from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
 from target_service.config import VERIFY_GRAPH_BATCHES
-from target_service.logprob_pass import Tops, committed_tokens, split_shares, widest
+from target_service.logprob_pass import Tops, committed_tokens, read_back, widest
 from target_service.logprobs import device_pass, rows_needed
 from target_service.tree_batch import (
     HostTrees,
@@ -192,10 +192,8 @@ class VerifyGraphRunner:
         rows = view.host_ids_np[:num_trees].tolist()
         counts = [row[nodes] for row in rows]
         token_ids = [row[1 : 1 + n] + [row[nodes + 1]] for row, n in zip(rows, counts, strict=True)]
-        out = VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees))
-        if packed is not None and asked is not None:
-            out.logprobs = split_shares(packed.tolist(), asked, [n + 1 for n in counts])
-        return out
+        logprobs = read_back(packed, asked, [n + 1 for n in counts])
+        return VerifyOutput(token_ids, counts, _tree_major(host_rows, num_trees), logprobs)
 
     def _launch_logprobs(
         self, view: BucketViews, nodes: int, trees: HostTrees, asked: Tops
