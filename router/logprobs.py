@@ -8,11 +8,14 @@ that clients need no tokenizer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from protos import generation_pb2 as pb
 from protos import target_pb2
 from router.tokenizer import Tokenizer
+
+log = logging.getLogger("splitspec.router")
 
 
 class LogprobSpeller:
@@ -23,12 +26,14 @@ class LogprobSpeller:
     def entries(
         self, answer: target_pb2.Logprobs, token_ids: Sequence[int]
     ) -> list[pb.LogprobEntry]:
-        """One entry per kept token (a prefix of what the target answered for)."""
+        """One entry per kept token (a prefix of what the target answered for); none where
+        the target sent too few (one that predates logprobs): a warning, not a failed step."""
         if len(answer.token_logprobs) < len(token_ids):
-            raise ValueError(
-                f"the target sent {len(answer.token_logprobs)} logprobs for "
-                f"{len(token_ids)} committed tokens"
-            )
+            log.warning(
+                "the target sent %d logprobs for %d committed tokens: the block goes without",
+                len(answer.token_logprobs), len(token_ids),
+            )  # fmt: skip
+            return []
         top = len(answer.top_ids) // max(1, len(answer.token_logprobs))
         return [
             pb.LogprobEntry(
