@@ -4,7 +4,8 @@ On CUDA the verify step's body (``VerifyGraphRunner._body``) is one graph replay
 else the engine does with torch in ``TargetEngine.verify`` is eager host work, each op or
 small copy 10-50 us on the H200 box. This counts that work on the CPU, where the same code
 runs with the body eager: the tests' tiny Llama, a VerifyGraphRunner attached with
-use_graphs=False, greedy trees that fit its buckets. Per Verify call, outside the body:
+use_graphs=False, greedy trees that fit its buckets. Per Verify call, outside the body
+(counted by benchmarks/host_op_counting.py):
 
 - ``torch_calls``: torch functions and methods called from Python (TorchFunctionMode; property
   reads such as ``.shape`` left out), including those that dispatch nothing on the CPU, such
@@ -30,23 +31,21 @@ repeat the last real step's): the host's own work with warm caches, closer to a 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.host_op_counting import AtenOps, HostOps, phased
 from benchmarks.run_record import machine_info, save_run, utc_now, versions
 from model_runtime.loading import load_model
 from plumbing.paths import default_cache_dir
@@ -68,81 +67,6 @@ SCENARIOS = {
     "3x[10,13,7]_hidden": ([10, 13, 7], True),
     "2x[16,9]_no_hidden": ([16, 9], False),
 }
-READS = ("tolist", "item", "numpy", "__int__", "__float__", "__bool__", "__index__")
-
-
-def storage_of(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
-
-class HostOps(TorchFunctionMode):
-    """Counts torch calls, ATen ops and device crossings by phase (see the module docstring)."""
-
-    def __init__(self, device_tensors: list[torch.Tensor]) -> None:
-        super().__init__()
-        self.device_storages = {storage_of(t) for t in device_tensors}
-        self.phase = "verify"
-        self.counts: Counter[str] = Counter()
-        self.kept: list[torch.Tensor] = []
-        self.by_name: dict[str, Counter[str]] = {"admission": Counter(), "verify": Counter()}
-
-    @contextlib.contextmanager
-    def within(self, phase: str) -> Iterator[None]:
-        outer, self.phase = self.phase, phase
-        try:
-            yield
-        finally:
-            self.phase = outer
-
-    def on_device(self, value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and storage_of(value) in self.device_storages
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if self.phase == "body" or name == "__get__":
-            return out
-        self.counts[f"{self.phase}.torch_calls"] += 1
-        self.by_name[self.phase][name] += 1
-        crossing = self.crossing(name, args, kwargs)
-        if crossing:
-            self.counts[f"{self.phase}.{crossing}"] += 1
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        lands_on_device = crossing == "h2d" or (
-            crossing is None and any(map(self.on_device, tensors))
-        )
-        if lands_on_device and isinstance(out, torch.Tensor):
-            self.device_storages.add(storage_of(out))
-            self.kept.append(out)  # alive to the end, so no host tensor reuses its address
-        return out
-
-    def crossing(self, name: str, args: tuple, kwargs: dict) -> str | None:
-        if name == "copy_":
-            dst, src = self.on_device(args[0]), self.on_device(args[1])
-            return {(True, False): "h2d", (False, True): "d2h"}.get((dst, src))
-        if name in ("to", "cpu", "cuda"):
-            moving = (
-                name != "to"
-                or "device" in kwargs
-                or any(isinstance(a, str | torch.device) for a in args[1:])
-            )
-            return None if not moving else ("d2h" if self.on_device(args[0]) else "h2d")
-        if name in ("tensor", "as_tensor") and kwargs.get("device") is not None:
-            return "h2d"
-        if name in READS and self.on_device(args[0]):
-            return "d2h"
-        return None
-
-
-class AtenOps(TorchDispatchMode):
-    def __init__(self, phases: HostOps) -> None:
-        super().__init__()
-        self.phases = phases
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.phases.counts[f"{self.phases.phase}.aten_ops"] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def make_engine(model_dir: Path) -> TargetEngine:
@@ -216,14 +140,6 @@ def count_one(engine: TargetEngine, requests: Requests) -> dict[str, Any]:
         for p in ("admission", "verify")
     }
     return {**per_phase, "body_aten_ops": phases.counts["body.aten_ops"]}
-
-
-def phased(phases: HostOps, phase: str, func: Callable) -> Callable:
-    def wrapped(*args, **kwargs):
-        with phases.within(phase):
-            return func(*args, **kwargs)
-
-    return wrapped
 
 
 def host_us(engine: TargetEngine, requests: Requests, calls: int, run_body: bool) -> dict:
