@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.run_record import REPO_ROOT
+from benchmarks.speculative_report import plot, print_table, write_report
 from protos import generation_pb2 as pb
 from splitspec.client import Client
 from splitspec.launcher import LocalStack
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_HEAD = REPO / "draft_service" / "eagle" / "heads" / "smollm2-135m"
+DEFAULT_HEAD = REPO_ROOT / "draft_service" / "eagle" / "heads" / "smollm2-135m"
 
 
 @dataclass(frozen=True)
@@ -206,56 +204,15 @@ def hot_vocab_size(head: Path | None) -> int | None:
         return int(f.get_slice("token_ids").get_shape()[0])
 
 
-def machine() -> dict:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "commit": commit}
-
-
-def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["setting"]["name"] for r in results]
-    datasets = list(results[0]["acceptance"])
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / len(datasets)
-    for i, ds in enumerate(datasets):
-        values = [r["acceptance"][ds]["mean_acceptance_length"] or 0 for r in results]
-        ax.bar([x + i * width for x in range(len(names))], values, width, label=ds)
-    labels = [
-        f"{r['setting']['name']}\n({r['setting']['num_steps']},{r['setting']['topk']},"
-        f"{r['setting']['num_draft_tokens']})"
-        for r in results
-    ]
-    ax.set_xticks([x + width * (len(datasets) - 1) / 2 for x in range(len(names))], labels)
-    ax.set_ylabel("mean acceptance length (tokens / verify step)")
-    ax.set_title("splitspec on SmolLM2-135M, greedy, CPU")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks/results/speculative_cpu.json"
+        "--out", type=Path, default=REPO_ROOT / "benchmarks/results/speculative_cpu.json"
     )
     parser.add_argument(
-        "--plot", type=Path, default=REPO / "benchmarks/results/acceptance_by_shape.png"
+        "--plot", type=Path, default=REPO_ROOT / "benchmarks/results/acceptance_by_shape.png"
     )
     parser.add_argument("--eagle-head", type=Path, default=DEFAULT_HEAD)
     parser.add_argument("--settings", default=",".join(s.name for s in SETTINGS))
@@ -281,11 +238,22 @@ def main() -> None:
     if args.quick:
         args.num_sharegpt, args.num_humaneval, args.accept_tokens = 3, 2, 12
         args.num_speed_prompts, args.speed_tokens = 1, 12
+    return args
+
+
+def load_datasets(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Acceptance's prompt sets, and "speed": the first held-out ShareGPT ones, for tok/s."""
     datasets = {
         "sharegpt_heldout": sharegpt_heldout(args.num_sharegpt),
         "humaneval": humaneval(args.num_humaneval),
     }
     datasets["speed"] = datasets["sharegpt_heldout"][: args.num_speed_prompts]
+    return datasets
+
+
+def main() -> None:
+    args = parse_args()
+    datasets = load_datasets(args)
     chosen = [s for s in SETTINGS if s.name in args.settings.split(",")]
     results = []
     for setting in chosen:
@@ -293,23 +261,9 @@ def main() -> None:
         result = run_setting(setting, args, datasets)
         results.append(result)
         print(json.dumps(result, indent=1), flush=True)
-    report = {
-        "benchmark": "speculative_cpu",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine(),
-        "config": {k: str(v) for k, v in vars(args).items()},
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    write_report(args, results)
     plot(results, args.plot)
-    print(f"\n{'setting':<12} {'spec tok/s':>10} {'target tok/s':>12} {'speedup':>8}  acceptance")
-    for r in results:
-        acc = ", ".join(f"{k} {v['mean_acceptance_length']}" for k, v in r["acceptance"].items())
-        print(
-            f"{r['setting']['name']:<12} {r['speculative_batch1']['tok_s']:>10} "
-            f"{r['target_only_batch1']['tok_s']:>12} {r['speedup_batch1']:>8}  {acc}"
-        )
+    print_table(results)
     print(f"saved {args.out} and {args.plot}")
 
 
