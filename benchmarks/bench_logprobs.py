@@ -6,8 +6,10 @@ One stack (router, target, one EAGLE replica on the same device) serves batch-1 
 requests on the hand-written short instructions (benchmarks/data), EOS ignored so that every
 reply runs its whole length. Six arms: speculation off and on, each with logprobs off, on
 (the chosen token's only) and on with the 20 likeliest tokens. The arms run interleaved
-prompt by prompt, so a box's drift hits them alike; each arm's tok/s is its tokens over its
-streams' wall time, and its ratio is against the same speculation mode without logprobs.
+prompt by prompt, their order turned a place each prompt, so a box's drift hits them alike,
+and every prompt is in the radix cache first (else the first arm to meet a prompt would pay
+its prefill for the others); each arm's tok/s is its tokens over its streams' wall time, and
+its ratio is against the same speculation mode without logprobs.
 
 Checks, recorded in the JSON: the token ids do not change with logprobs; speculation reports
 the target-only values (the largest difference of a chosen token's log-probability).
@@ -57,14 +59,19 @@ def one_request(
 
 
 def run_arms(client: Client, prompts: list[list[int]], max_new: int) -> dict:
-    """Every arm on every prompt, arms interleaved; results by arm name."""
+    """Every arm on every prompt, arms interleaved (their order turned one place a prompt);
+    results by arm name."""
     arms = {f"{'spec' if s else 'base'}_{m}": (s, t) for s in (False, True)
             for m, t in MODES.items()}  # fmt: skip
     for speculate, top in arms.values():  # warm-up: the first request of each kind
         one_request(client, prompts[0], 8, speculate, top)
+    for ids in prompts:  # every prompt in the radix cache: no arm pays a prefill the rest skip
+        one_request(client, ids, 1, False, None)
+    names = list(arms)
     results: dict[str, list[GenerationResult]] = {name: [] for name in arms}
-    for ids in prompts:
-        for name, (speculate, top) in arms.items():
+    for i, ids in enumerate(prompts):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            speculate, top = arms[name]
             results[name].append(one_request(client, ids, max_new, speculate, top))
     return results
 
