@@ -26,14 +26,14 @@ from pathlib import Path
 import grpc
 from hypothesis import HealthCheck, given, settings
 
-from benchmarks.run_record import REPO_ROOT, git_commit, machine_info, utc_now, write_json
+from benchmarks.reliability_report import table, write_report
+from benchmarks.reliability_stack import suite_stack
+from benchmarks.run_record import REPO_ROOT
 from protos import draft_pb2, draft_pb2_grpc, generation_pb2_grpc, target_pb2, target_pb2_grpc
 from protos import generation_pb2 as pb
-from splitspec.launcher import LocalStack
 from tests.helpers import hostile, overload
 from tests.helpers.load import SteadyLoad, median, step_gaps
 
-KEY_ENV = "SPLITSPEC_RELIABILITY_KEY"
 STREAMS = 50  # the concurrent greedy streams through the draft faults
 BASELINE_S = 15.0  # steady load before the SIGSTOP: 50 streams on 2 cores step slowly
 PROMPTS = [
@@ -49,17 +49,8 @@ class Suite:
         # All streams run and speculate at once; the queue holds as many (a burst is 10x it).
         self.max_running = self.max_queue = streams
         self.key = os.urandom(16).hex()
-        os.environ[KEY_ENV] = self.key
         self.meta = [("authorization", f"Bearer {self.key}")]
-        eagle = ["--method", "eagle", "--threads", "1", "--device", "cpu"]
-        self.stack = LocalStack(
-            ["--device", "cpu", "--dtype", "float32", "--threads", "1"],
-            ["--api-key-env", KEY_ENV, "--max-queue", str(streams), "--max-running",
-             str(streams), "--max-speculative-batch", str(streams),
-             "--max-prompt-tokens", str(hostile.MAX_PROMPT_TOKENS),
-             "--max-request-bytes", str(hostile.MAX_REQUEST_BYTES)],
-            log_dir=log_dir, draft_args=[eagle, eagle], api_key=self.key,
-        )
+        self.stack = suite_stack(log_dir, streams, self.key)
         self.ids: set[str] = set()
         self.figures: dict = {}
         self.counter = 0
@@ -258,37 +249,6 @@ class Suite:
         return self.figures
 
 
-def table(f: dict) -> str:
-    d, b, h, a, t, k = (f[x] for x in ("draft_faults", "burst", "hostile", "abort_storm",
-                                       "target_loss", "leaks"))
-    lost = d["failed"] + d["changed_outputs"] + b["admitted_wrong"] + (
-        0 if t["outputs_after_equal"] else 1)
-    survived = (d["failed"] == 0 and d["changed_outputs"] == 0) * 2 + (
-        t["ended_unavailable"] == t["in_flight"] and t["outputs_after_equal"])
-    rows = [
-        ("load held", f"{d['concurrency']} concurrent greedy streams, {d['streams']} requests, "
-                      f"{d['tokens']} tokens, through the draft faults"),
-        ("faults injected", "replica SIGKILL + restart; replica SIGSTOP 5 s; target SIGKILL + "
-                            "restart"),
-        ("faults survived", f"{survived}/3 (worst step while a replica was stopped "
-                            f"{d['worst_step_while_stopped_ms']:.0f} ms, median before "
-                            f"{d['median_step_before_ms']:.0f} ms; target loss: "
-                            f"{t['ended_unavailable']}/{t['in_flight']} UNAVAILABLE in "
-                            f"{t['ended_within_s']:.1f} s, serving again in "
-                            f"{t['serving_again_after_s']:.1f} s)"),
-        ("bad inputs tried", f"{h['tried']} hostile ({h['wrong_answers']} wrong answers), "
-                             f"burst {b['sent']} ({b['refused']} refused in "
-                             f"{b.get('median_refusal_ms', 0):.0f} ms median, slowest "
-                             f"{b['slowest_refusal_ms']:.0f} ms), {a['requests']} aborts/cancels "
-                             f"({a['unexpected']} unexpected endings)"),
-        ("requests lost", str(lost)),
-        ("slots leaked", f"{k['router_slots_leaked']} router slots; requests still held: "
-                         + ", ".join(f"{n} {v}" for n, v in k["requests_still_held"].items())),
-    ]
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(f"| {n.ljust(width)} | {v} |" for n, v in rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -301,8 +261,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="splitspec-reliability-") as tmp:
         figures = Suite(args.quick, Path(tmp), args.streams).run()
     print(table(figures))
-    write_json(args.out, {"date": utc_now(), "commit": git_commit(), "quick": args.quick,
-                          "machine": machine_info(1), "figures": figures, "table": table(figures)})
+    write_report(args.out, args.quick, figures)
     print(f"saved {args.out}")
 
 
