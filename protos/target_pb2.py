@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import tensor_pb2 as protos_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/target.proto\x12\x13splitspec.target.v1\x1a\x13protos/tensor.proto\"\xae\x01\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x02\x12\x10\n\x08logprobs\x18\x07 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x08 \x01(\r\"\xa1\x01\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x11\n\tstart_pos\x18\x03 \x01(\r\x12\x11\n\tnew_slots\x18\x04 \x03(\x03\x12\x0e\n\x06sample\x18\x05 \x01(\x08\x12\x35\n\x08sampling\x18\x06 \x01(\x0b\x32#.splitspec.target.v1.SamplingConfig\"W\n\x0e\x46orwardRequest\x12/\n\x05items\x18\x01 \x03(\x0b\x32 .splitspec.target.v1.ForwardItem\x12\x14\n\x0c\x64\x65\x63ode_steps\x18\x02 \x01(\r\"I\n\x08Logprobs\x12\x16\n\x0etoken_logprobs\x18\x01 \x03(\x02\x12\x0f\n\x07top_ids\x18\x02 \x03(\x03\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"\x81\x01\n\x0f\x46orwardResponse\x12\x16\n\x0enext_token_ids\x18\x01 \x03(\x03\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\x12/\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"\x88\x01\n\nVerifyItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x04 \x03(\x05\x12\x11\n\tnew_slots\x18\x05 \x03(\x03\x12\x15\n\rreturn_hidden\x18\x06 \x01(\x08\"?\n\rVerifyRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.target.v1.VerifyItem\"\x95\x01\n\x0cVerifyResult\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12+\n\x06hidden\x18\x03 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\x12/\n\x08logprobs\x18\x04 \x01(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"k\n\x0eVerifyResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.splitspec.target.v1.VerifyResult\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"c\n\x11ReadHiddenRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x0f\n\x07\x65nd_pos\x18\x03 \x01(\r\x12\x16\n\x0erows_per_chunk\x18\x04 \x01(\r\"M\n\x0bHiddenChunk\x12\x11\n\tstart_pos\x18\x01 \x01(\r\x12+\n\x06hidden\x18\x02 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc6\x02\n\nTargetInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x11\n\tnum_slots\x18\x05 \x01(\r\x12\x13\n\x0bhidden_size\x18\x06 \x01(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x14\n\x0cmax_requests\x18\n \x01(\r\x12\x17\n\x0fmax_tree_tokens\x18\x0b \x01(\r\x12\x1c\n\x14\x64\x65\x63ode_graph_batches\x18\x0c \x03(\r\x12\x16\n\x0e\x65xact_numerics\x18\r \x01(\x08\x12\x18\n\x10max_decode_steps\x18\x0e \x01(\r2\xf4\x04\n\x0bTargetModel\x12T\n\x07\x46orward\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse\x12Q\n\x06Verify\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse\x12^\n\rForwardStream\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse(\x01\x30\x01\x12[\n\x0cVerifyStream\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse(\x01\x30\x01\x12X\n\nReadHidden\x12&.splitspec.target.v1.ReadHiddenRequest\x1a .splitspec.target.v1.HiddenChunk0\x01\x12T\n\x07Release\x12#.splitspec.target.v1.ReleaseRequest\x1a$.splitspec.target.v1.ReleaseResponse\x12O\n\x07GetInfo\x12#.splitspec.target.v1.GetInfoRequest\x1a\x1f.splitspec.target.v1.TargetInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/target.proto\x12\x13splitspec.target.v1\x1a\x13protos/tensor.proto\"\xae\x01\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x02\x12\x10\n\x08logprobs\x18\x07 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x08 \x01(\r\"\xb5\x01\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x11\n\tstart_pos\x18\x03 \x01(\r\x12\x11\n\tnew_slots\x18\x04 \x03(\x03\x12\x0e\n\x06sample\x18\x05 \x01(\x08\x12\x35\n\x08sampling\x18\x06 \x01(\x0b\x32#.splitspec.target.v1.SamplingConfig\x12\x12\n\nscored_ids\x18\x07 \x03(\x03\"W\n\x0e\x46orwardRequest\x12/\n\x05items\x18\x01 \x03(\x0b\x32 .splitspec.target.v1.ForwardItem\x12\x14\n\x0c\x64\x65\x63ode_steps\x18\x02 \x01(\r\"I\n\x08Logprobs\x12\x16\n\x0etoken_logprobs\x18\x01 \x03(\x02\x12\x0f\n\x07top_ids\x18\x02 \x03(\x03\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"\xb0\x01\n\x0f\x46orwardResponse\x12\x16\n\x0enext_token_ids\x18\x01 \x03(\x03\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\x12/\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\x12-\n\x06scored\x18\x05 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"\x88\x01\n\nVerifyItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x04 \x03(\x05\x12\x11\n\tnew_slots\x18\x05 \x03(\x03\x12\x15\n\rreturn_hidden\x18\x06 \x01(\x08\"?\n\rVerifyRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.target.v1.VerifyItem\"\x95\x01\n\x0cVerifyResult\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12+\n\x06hidden\x18\x03 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\x12/\n\x08logprobs\x18\x04 \x01(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"k\n\x0eVerifyResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.splitspec.target.v1.VerifyResult\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"c\n\x11ReadHiddenRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x0f\n\x07\x65nd_pos\x18\x03 \x01(\r\x12\x16\n\x0erows_per_chunk\x18\x04 \x01(\r\"M\n\x0bHiddenChunk\x12\x11\n\tstart_pos\x18\x01 \x01(\r\x12+\n\x06hidden\x18\x02 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc6\x02\n\nTargetInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x11\n\tnum_slots\x18\x05 \x01(\r\x12\x13\n\x0bhidden_size\x18\x06 \x01(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x14\n\x0cmax_requests\x18\n \x01(\r\x12\x17\n\x0fmax_tree_tokens\x18\x0b \x01(\r\x12\x1c\n\x14\x64\x65\x63ode_graph_batches\x18\x0c \x03(\r\x12\x16\n\x0e\x65xact_numerics\x18\r \x01(\x08\x12\x18\n\x10max_decode_steps\x18\x0e \x01(\r2\xf4\x04\n\x0bTargetModel\x12T\n\x07\x46orward\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse\x12Q\n\x06Verify\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse\x12^\n\rForwardStream\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse(\x01\x30\x01\x12[\n\x0cVerifyStream\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse(\x01\x30\x01\x12X\n\nReadHidden\x12&.splitspec.target.v1.ReadHiddenRequest\x1a .splitspec.target.v1.HiddenChunk0\x01\x12T\n\x07Release\x12#.splitspec.target.v1.ReleaseRequest\x1a$.splitspec.target.v1.ReleaseResponse\x12O\n\x07GetInfo\x12#.splitspec.target.v1.GetInfoRequest\x1a\x1f.splitspec.target.v1.TargetInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,33 +35,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGCONFIG']._serialized_start=66
   _globals['_SAMPLINGCONFIG']._serialized_end=240
   _globals['_FORWARDITEM']._serialized_start=243
-  _globals['_FORWARDITEM']._serialized_end=404
-  _globals['_FORWARDREQUEST']._serialized_start=406
-  _globals['_FORWARDREQUEST']._serialized_end=493
-  _globals['_LOGPROBS']._serialized_start=495
-  _globals['_LOGPROBS']._serialized_end=568
-  _globals['_FORWARDRESPONSE']._serialized_start=571
-  _globals['_FORWARDRESPONSE']._serialized_end=700
-  _globals['_VERIFYITEM']._serialized_start=703
-  _globals['_VERIFYITEM']._serialized_end=839
-  _globals['_VERIFYREQUEST']._serialized_start=841
-  _globals['_VERIFYREQUEST']._serialized_end=904
-  _globals['_VERIFYRESULT']._serialized_start=907
-  _globals['_VERIFYRESULT']._serialized_end=1056
-  _globals['_VERIFYRESPONSE']._serialized_start=1058
-  _globals['_VERIFYRESPONSE']._serialized_end=1165
-  _globals['_READHIDDENREQUEST']._serialized_start=1167
-  _globals['_READHIDDENREQUEST']._serialized_end=1266
-  _globals['_HIDDENCHUNK']._serialized_start=1268
-  _globals['_HIDDENCHUNK']._serialized_end=1345
-  _globals['_RELEASEREQUEST']._serialized_start=1347
-  _globals['_RELEASEREQUEST']._serialized_end=1384
-  _globals['_RELEASERESPONSE']._serialized_start=1386
-  _globals['_RELEASERESPONSE']._serialized_end=1425
-  _globals['_GETINFOREQUEST']._serialized_start=1427
-  _globals['_GETINFOREQUEST']._serialized_end=1443
-  _globals['_TARGETINFO']._serialized_start=1446
-  _globals['_TARGETINFO']._serialized_end=1772
-  _globals['_TARGETMODEL']._serialized_start=1775
-  _globals['_TARGETMODEL']._serialized_end=2403
+  _globals['_FORWARDITEM']._serialized_end=424
+  _globals['_FORWARDREQUEST']._serialized_start=426
+  _globals['_FORWARDREQUEST']._serialized_end=513
+  _globals['_LOGPROBS']._serialized_start=515
+  _globals['_LOGPROBS']._serialized_end=588
+  _globals['_FORWARDRESPONSE']._serialized_start=591
+  _globals['_FORWARDRESPONSE']._serialized_end=767
+  _globals['_VERIFYITEM']._serialized_start=770
+  _globals['_VERIFYITEM']._serialized_end=906
+  _globals['_VERIFYREQUEST']._serialized_start=908
+  _globals['_VERIFYREQUEST']._serialized_end=971
+  _globals['_VERIFYRESULT']._serialized_start=974
+  _globals['_VERIFYRESULT']._serialized_end=1123
+  _globals['_VERIFYRESPONSE']._serialized_start=1125
+  _globals['_VERIFYRESPONSE']._serialized_end=1232
+  _globals['_READHIDDENREQUEST']._serialized_start=1234
+  _globals['_READHIDDENREQUEST']._serialized_end=1333
+  _globals['_HIDDENCHUNK']._serialized_start=1335
+  _globals['_HIDDENCHUNK']._serialized_end=1412
+  _globals['_RELEASEREQUEST']._serialized_start=1414
+  _globals['_RELEASEREQUEST']._serialized_end=1451
+  _globals['_RELEASERESPONSE']._serialized_start=1453
+  _globals['_RELEASERESPONSE']._serialized_end=1492
+  _globals['_GETINFOREQUEST']._serialized_start=1494
+  _globals['_GETINFOREQUEST']._serialized_end=1510
+  _globals['_TARGETINFO']._serialized_start=1513
+  _globals['_TARGETINFO']._serialized_end=1839
+  _globals['_TARGETMODEL']._serialized_start=1842
+  _globals['_TARGETMODEL']._serialized_end=2470
 # @@protoc_insertion_point(module_scope)

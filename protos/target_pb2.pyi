@@ -28,20 +28,22 @@ class SamplingConfig(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
 
 class ForwardItem(_message.Message):
-    __slots__ = ("request_id", "token_ids", "start_pos", "new_slots", "sample", "sampling")
+    __slots__ = ("request_id", "token_ids", "start_pos", "new_slots", "sample", "sampling", "scored_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     START_POS_FIELD_NUMBER: _ClassVar[int]
     NEW_SLOTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SCORED_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     start_pos: int
     new_slots: _containers.RepeatedScalarFieldContainer[int]
     sample: bool
     sampling: SamplingConfig
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., start_pos: _Optional[int] = ..., new_slots: _Optional[_Iterable[int]] = ..., sample: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ...) -> None: ...
+    scored_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., start_pos: _Optional[int] = ..., new_slots: _Optional[_Iterable[int]] = ..., sample: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., scored_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
     __slots__ = ("items", "decode_steps")
@@ -62,16 +64,18 @@ class Logprobs(_message.Message):
     def __init__(self, token_logprobs: _Optional[_Iterable[float]] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
-    __slots__ = ("next_token_ids", "forward_ms", "device_ms", "logprobs")
+    __slots__ = ("next_token_ids", "forward_ms", "device_ms", "logprobs", "scored")
     NEXT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_MS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    SCORED_FIELD_NUMBER: _ClassVar[int]
     next_token_ids: _containers.RepeatedScalarFieldContainer[int]
     forward_ms: float
     device_ms: float
     logprobs: _containers.RepeatedCompositeFieldContainer[Logprobs]
-    def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ..., device_ms: _Optional[float] = ..., logprobs: _Optional[_Iterable[_Union[Logprobs, _Mapping]]] = ...) -> None: ...
+    scored: _containers.RepeatedCompositeFieldContainer[Logprobs]
+    def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ..., device_ms: _Optional[float] = ..., logprobs: _Optional[_Iterable[_Union[Logprobs, _Mapping]]] = ..., scored: _Optional[_Iterable[_Union[Logprobs, _Mapping]]] = ...) -> None: ...
 
 class VerifyItem(_message.Message):
     __slots__ = ("request_id", "start_pos", "token_ids", "parent_indices", "new_slots", "return_hidden")

@@ -17,6 +17,7 @@ from router import telemetry
 from router.final_item import fill_final
 from router.logprobs import LogprobSpeller
 from router.output import Committed, OutputStream
+from router.prompt_scores import attach_scores, record_scores
 from router.request import Request
 from router.stats import ServerCounters
 from router.tokenizer import Tokenizer
@@ -39,19 +40,21 @@ class Commit:
         self.outputs.pop(req.request_id, None)
 
     def plain(
-        self,
-        plan: list[Planned],
-        next_ids: list[int],
-        steps: int,
-        logprobs: list[target_pb2.Logprobs],
+        self, plan: list[Planned], reply: target_pb2.ForwardResponse | None, steps: int
     ) -> list[Request]:
         """The Forward's sampled ids; returns the requests they ended. ``steps`` > 1: K ids
-        per request, kept up to the first stop (router/multi_step.py). ``logprobs``: the
-        Forward's, one per sampled item, or empty when no request asked."""
-        sampled = iter(next_ids)
-        answers = iter(logprobs)
+        per request, kept up to the first stop (router/multi_step.py). The reply's logprobs
+        (one per sampled item) and prompt scores (one per item) are empty where none asked."""
+        if reply is None:
+            return []
+        sampled = iter(reply.next_token_ids)
+        answers = iter(reply.logprobs)
+        scores = iter(reply.scored)
         done: list[Request] = []
         for p in plan:
+            score = next(scores, None)
+            if score is not None:
+                record_scores(self.speller, p.req, p.req.num_computed, score)
             # K steps computed K positions; finishing caches only those of kept tokens.
             p.req.num_computed += p.num_tokens + steps - 1
             if not p.sample:
@@ -93,12 +96,14 @@ class Commit:
         """Streams a committed block (with its tokens' log-probabilities where the request
         asked for them); returns True when it ends the request."""
         now = time.perf_counter()
-        req.first_token = req.first_token or now
-        req.output_ids += committed.token_ids
-        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         item = pb.GenerateResponse(
             request_id=req.request_id, token_ids=committed.token_ids, text=committed.text
         )
+        if req.first_token is None and req.options.prompt_logprobs:
+            attach_scores(item, req)
+        req.first_token = req.first_token or now
+        req.output_ids += committed.token_ids
+        telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         if req.options.logprobs and logprobs is not None:
             item.logprobs.extend(self.speller.entries(logprobs, committed.token_ids))
         if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:

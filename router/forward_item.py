@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from protos import target_pb2
 from router.kv_manager import KVManager
+from router.prompt_scores import scored_ids
 from router.request import Request
 
 
@@ -20,6 +21,7 @@ def forward_item(
         start_pos=start,
         new_slots=req.slots[req.num_sent_slots :],
         sample=sample,
+        scored_ids=scored_ids(req, start, num_tokens),  # the prompt's scores, where asked
     )
     if req.num_sent_slots == 0:
         o = req.options

@@ -54,8 +54,9 @@ class KVManager:
 
     def try_admit(self, req: Request) -> bool:
         """Pins the longest cached prefix and reserves the rest, or changes nothing."""
-        # Keep one context token uncached: its forward produces the next sampled token.
-        match = self.cache.match_prefix(req.context_ids[:-1])
+        # Keep one context token uncached: its forward produces the next sampled token. A
+        # prompt to score is computed in full: the cache holds KV, not the rows' scores.
+        match = self.cache.match_prefix([] if req.scores_missing else req.context_ids[:-1])
         self.cache.lock(match.node)
         reserved = not (self.retract and recomputable(req))
         if reserved:

@@ -27,6 +27,7 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     logprobs: bool = False  # stream each token's log-probability (router/logprobs.py)
     top_logprobs: int = 0
+    prompt_logprobs: bool = False  # score the prompt (router/prompt_scores.py)
 
 
 @dataclass(eq=False)
@@ -74,6 +75,9 @@ class Request:
     verify_steps: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    # The prompt's scores (SamplingParams.prompt_logprobs): entries for positions 1.. in order,
+    # sent with the first stream item.
+    prompt_scores: list = field(default_factory=list)
     abort_requested: bool = False
     finished: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -95,6 +99,11 @@ class Request:
     @property
     def is_prefilling(self) -> bool:
         return self.num_computed < self.prefill_len
+
+    @property
+    def scores_missing(self) -> bool:
+        """It asked for prompt log-probabilities and some are not in yet."""
+        return self.options.prompt_logprobs and len(self.prompt_scores) < self.prompt_len - 1
 
     @property
     def prompt_cached_len(self) -> int:

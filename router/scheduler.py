@@ -183,9 +183,7 @@ class Scheduler:
         results = list(verify_reply.results) if verify_reply is not None else []
         if verify_reply is not None:
             await self.draft_ahead.after_verify(verify, replies.verify_items, results)
-        sampled = list(forward_reply.next_token_ids) if forward_reply else []
-        logprobs = list(forward_reply.logprobs) if forward_reply else []
-        done = self.commit.plain(plain, sampled, steps, logprobs)
+        done = self.commit.plain(plain, forward_reply, steps)
         return done + self.commit.verified(verify, replies.verify_items, results)
 
     async def _catch_up(self) -> bool:

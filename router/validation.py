@@ -81,9 +81,11 @@ def sampling_options(
     if len(s.stop) > MAX_STOP_STRINGS or any(not x for x in s.stop):
         raise InvalidRequest(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings")
     seed = s.seed if s.HasField("seed") else secrets.randbits(63)
+    presence, frequency = _penalties(s)
+    logprobs, top_logprobs, prompt_logprobs = _logprobs(s)
     return SamplingOptions(
         max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos,
-        *_penalties(s), *_logprobs(s),
+        presence, frequency, logprobs, top_logprobs, prompt_logprobs,
     )
 
 
@@ -95,14 +97,14 @@ def _penalties(s: generation_pb2.SamplingParams) -> tuple[float, float]:
     return values
 
 
-def _logprobs(s: generation_pb2.SamplingParams) -> tuple[bool, int]:
-    if s.top_logprobs and not s.logprobs:
-        raise InvalidRequest("top_logprobs needs logprobs = true")
+def _logprobs(s: generation_pb2.SamplingParams) -> tuple[bool, int, bool]:
+    if s.top_logprobs and not (s.logprobs or s.prompt_logprobs):
+        raise InvalidRequest("top_logprobs needs logprobs or prompt_logprobs = true")
     if s.top_logprobs > MAX_TOP_LOGPROBS:
         raise InvalidRequest(
             f"top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {s.top_logprobs}"
         )
-    return s.logprobs, s.top_logprobs
+    return s.logprobs, s.top_logprobs, s.prompt_logprobs
 
 
 def _max_new_tokens(s: generation_pb2.SamplingParams, prompt_len: int, limits: Limits) -> int:

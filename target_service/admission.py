@@ -25,6 +25,7 @@ class StepItem:
     new_slots: list[int] = field(default_factory=list)
     sample: bool = True
     sampling: SamplingSpec | None = None
+    scored_ids: list[int] = field(default_factory=list)  # prompt_scores.py
 
 
 @dataclass
@@ -101,6 +102,7 @@ def _check_item(
     vocab = limits.vocab_size
     if any(not 0 <= t < vocab for t in item.token_ids):
         raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
+    _check_scored(item, vocab)
     if decode_steps > 1:
         _check_multi_step(limits, item, state, decode_steps)
     table_len = (state.table_len if state else 0) + len(item.new_slots)
@@ -117,6 +119,17 @@ def _check_item(
     table.check_append(probe, item.new_slots)
 
 
+def _check_scored(item: StepItem, vocab: int) -> None:
+    """scored_ids[i] is scored under token i's row: at most one per token, in the vocabulary."""
+    if len(item.scored_ids) > len(item.token_ids):
+        raise InvalidStep(
+            f"request {item.request_id!r}: {len(item.scored_ids)} scored ids for "
+            f"{len(item.token_ids)} tokens (at most one per token)"
+        )
+    if any(not 0 <= t < vocab for t in item.scored_ids):
+        raise InvalidStep(f"request {item.request_id!r}: scored id outside [0, {vocab})")
+
+
 def _check_multi_step(
     limits: StepLimits, item: StepItem, state: RequestState | None, decode_steps: int
 ) -> None:
@@ -127,10 +140,11 @@ def _check_multi_step(
             f"decode_steps {decode_steps} exceeds the target's max_decode_steps "
             f"{limits.max_decode_steps}"
         )
-    if len(item.token_ids) != 1 or not item.sample:
+    if len(item.token_ids) != 1 or not item.sample or item.scored_ids:
         raise InvalidStep(
             f"request {item.request_id!r}: decode_steps {decode_steps} needs one token with "
-            f"sample = true, got {len(item.token_ids)} tokens, sample = {item.sample}"
+            f"sample = true and no scored ids, got {len(item.token_ids)} tokens, sample = "
+            f"{item.sample}, {len(item.scored_ids)} scored ids"
         )
     spec = state.sampling if state is not None else item.sampling
     if spec is not None and (spec.presence_penalty or spec.frequency_penalty):

@@ -21,12 +21,15 @@ from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
 from target_service.logprob_pass import TokenLogprobs, Tops, logits_pass, read_back, widest
 from target_service.logprobs import asked_tops, decode_pass, rows_needed
 from target_service.multi_step import run_decode_steps
+from target_service.prompt_scores import ScorePlan, plan_scores, read_scores, score_pass
 from target_service.request_table import RequestState, RequestTable
 from target_service.sampling_tensors import decode_sampling, sampling_tensors
 from target_service.step_results import StepResult, VerifyStep, verify_results
 from target_service.tree_batch import HostTrees, pad_trees
 from target_service.verify import TreeBatch, VerifyOutput, run_verify
 from target_service.verify_graphs import VerifyGraphRunner
+
+Answers = list[TokenLogprobs | None] | None  # per item, where a request asked (logprob_pass.py)
 
 
 class TargetEngine:
@@ -62,16 +65,18 @@ class TargetEngine:
         started = time.perf_counter()
         states = admit_step(self.table, self.limits, items, decode_steps)
         batch = build_device_batch(items, states, self.device)
+        scores = plan_scores(items, states, self.device)  # prompt log-probabilities
+        scored = None
         with torch.inference_mode():
-            on_device = self._decoded_on_device(batch, states, decode_steps)
+            on_device = None if scores else self._decoded_on_device(batch, states, decode_steps)
             if on_device is not None:
                 next_ids, logprobs = self._read_decoded(batch, states, on_device)
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
-                    next_ids, logprobs = self._run(batch, sampled)
+                    next_ids, logprobs, scored = self._run(batch, sampled, scores)
         wall_ms = (time.perf_counter() - started) * 1e3
-        return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs)
+        return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs, scored)
 
     def _decoded_on_device(
         self, batch: DeviceBatch, states: list[RequestState], steps: int
@@ -189,13 +194,14 @@ class TargetEngine:
     # ---- the step -----------------------------------------------------------------------
 
     def _run(
-        self, batch: DeviceBatch, sampled: list[RequestState]
-    ) -> tuple[list[int], list[TokenLogprobs | None] | None]:
-        """The eager step: next ids of the sampled items, and the logprobs of those whose
-        request asked, from the step's own logits (before penalties)."""
+        self, batch: DeviceBatch, sampled: list[RequestState], scores: ScorePlan | None
+    ) -> tuple[list[int], Answers, Answers]:
+        """The eager step: next ids of the sampled items, the logprobs of those whose request
+        asked, from the step's own logits (before penalties), and the items' prompt scores."""
         hidden = self._forward_tokens(batch)
+        packed_scores = score_pass(self.model, hidden, scores) if scores else None
         if not sampled:
-            return [], None
+            return [], None, read_scores(packed_scores, scores)
         raw = self.model.logits(hidden[batch.sample_index])
         logits = penalties.penalize(raw, sampled)
         params = sampling_tensors(sampled, batch.positions[batch.sample_index] + 1, self.device)
@@ -204,7 +210,8 @@ class TargetEngine:
         packed = logits_pass(raw, ids, widest(tops)) if tops is not None else None
         next_ids = ids.tolist()  # the step's one device->host sync
         penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
-        return next_ids, read_back(packed, tops, [1] * len(sampled))
+        answers = read_back(packed, tops, [1] * len(sampled))
+        return next_ids, answers, read_scores(packed_scores, scores)
 
     def _forward_tokens(self, batch: DeviceBatch) -> torch.Tensor:
         """The model over the batch's tokens; writes their KV and hidden rows; hidden out."""

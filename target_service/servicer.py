@@ -34,8 +34,9 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
             s.logprobs, s.top_logprobs,
         )  # fmt: skip
     return StepItem(
-        pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling
-    )
+        pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling,
+        list(pb.scored_ids),
+    )  # fmt: skip
 
 
 def logprobs_to_pb(answer: TokenLogprobs | None) -> target_pb2.Logprobs:
@@ -74,6 +75,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             forward_ms=result.forward_ms,
             device_ms=result.device_ms,
             logprobs=[logprobs_to_pb(x) for x in result.logprobs or []],
+            scored=[logprobs_to_pb(x) for x in result.scored or []],
         )
 
     def Verify(self, request, context):  # noqa: N802

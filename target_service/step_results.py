@@ -27,6 +27,8 @@ class StepResult:
     device_ms: float = 0.0  # of it, the device's (model_runtime/device_clock.py)
     # None unless a request asked: then one per sampled item (None for one that did not ask)
     logprobs: list[TokenLogprobs | None] | None = None
+    # None unless an item carried scored ids: then one per item (prompt_scores.py)
+    scored: list[TokenLogprobs | None] | None = None
 
 
 class VerifyStep(NamedTuple):

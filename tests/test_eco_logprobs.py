@@ -122,7 +122,7 @@ def test_a_stop_string_cuts_the_logprobs_with_the_tokens(eco_stack: EcoStack, gr
     ("logprobs", "top", "message"),
     [
         (True, 21, "top_logprobs must be at most 20, got 21"),
-        (False, 3, "top_logprobs needs logprobs = true"),
+        (False, 3, "top_logprobs needs logprobs or prompt_logprobs = true"),
     ],
 )
 def test_bad_logprob_requests_are_refused(eco_stack: EcoStack, logprobs, top, message) -> None:
