@@ -10,6 +10,7 @@ import math
 import pytest
 
 from protos import generation_pb2 as pb
+from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError
 from router.openai_api.logprobs import LOGPROB_FLOOR, chat_logprobs, completion_logprobs
 from router.openai_api.protocol import parse_chat, parse_completion
@@ -152,3 +153,30 @@ def test_chat_stream_sends_a_token_without_text() -> None:
     ]
     plain = events(Reply(chat=True, model="m"), item("Hi", entry("Hi", -0.5)))
     assert all(c["choices"][0]["logprobs"] is None for c in plain)
+
+
+def test_echo_fields_reach_sampling_params() -> None:
+    scoring = parse_completion({"prompt": "a b", "echo": True, "logprobs": 1, "max_tokens": 0})
+    assert scoring.echo and scoring.scores_only
+    s = scoring.generate.sampling
+    assert s.prompt_logprobs and s.logprobs and s.max_new_tokens == 1  # the reply drops it
+    plain = parse_completion({"prompt": "a b", "echo": True, "max_tokens": 3})
+    assert plain.echo and not plain.scores_only and not plain.generate.sampling.prompt_logprobs
+    with pytest.raises(ApiError, match="max_tokens must be a positive integer"):
+        parse_completion({"prompt": "a b", "max_tokens": 0})  # 0 only with echo
+
+
+def test_a_scores_only_stream_sends_the_prompt_and_drops_the_sampled_token() -> None:
+    reply = Reply(chat=False, model="m", logprobs=True, include_usage=True,
+                  echo=Echo("Hi there", "Hi", scores_only=True))  # fmt: skip
+    last = item("!", entry("!", -0.1), finish=pb.FINISH_REASON_EOS)
+    last.prompt_logprobs.append(entry(" there", -2.0, (" there", -2.0)))
+    last.usage.prompt_tokens, last.usage.completion_tokens = 2, 1
+    chunks = events(reply, last)
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    assert texts == ["Hi there", ""]  # the prompt, then the finish: no "!"
+    lp = chunks[0]["choices"][0]["logprobs"]
+    assert lp == {"tokens": ["Hi", " there"], "token_logprobs": [None, -2.0],
+                  "top_logprobs": [None, {" there": -2.0}], "text_offset": [0, 2]}  # fmt: skip
+    assert chunks[1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 0

@@ -20,6 +20,7 @@ from starlette.routing import Route
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol
+from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
 from router.openai_api.responses import DONE, Reply, sse
 from router.request import TRACE_HEADERS, Request
@@ -98,6 +99,9 @@ class OpenAIServer:
             return _error(err)
         logprobs = parsed.generate.sampling.logprobs
         reply = Reply(chat, self.model_name, parsed.include_usage, logprobs=logprobs)
+        if parsed.echo:
+            tokenizer = self.scheduler.tokenizer
+            reply.echo = Echo.of(parsed.generate, req, tokenizer, parsed.scores_only)
         if parsed.stream:
             return StreamingResponse(self._events(req, reply), media_type="text/event-stream")
         try:

@@ -8,7 +8,7 @@ Values are then validated by the same code as the gRPC API (router.validation).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
@@ -26,6 +26,8 @@ class ParsedRequest:
     model: str | None  # None: the body named none, so the served one
     stream: bool
     include_usage: bool
+    echo: bool = False  # completions: the prompt leads the reply (router/openai_api/echo.py)
+    scores_only: bool = False  # echo with max_tokens 0: the prompt alone, scored
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -66,7 +68,13 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         )
     _refuse_unsupported(body, chat=False)
     _completion_logprobs(request.sampling, body)
-    return _finish(request, body, max_tokens_keys=("max_tokens",))
+    echo = _flag(body, "echo")
+    request.sampling.prompt_logprobs = echo and request.sampling.logprobs
+    scores_only = echo and _is_int(body.get("max_tokens")) and body["max_tokens"] == 0
+    if scores_only:  # the router samples a token after any prefill: the reply drops it
+        body = {**body, "max_tokens": 1}
+    parsed = _finish(request, body, max_tokens_keys=("max_tokens",))
+    return replace(parsed, echo=echo, scores_only=scores_only)
 
 
 def _chat_message(message: Any, where: str) -> pb.ChatMessage:
@@ -108,8 +116,8 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise ApiError(400, "response_format other than text is not supported", "response_format")
-    if not chat and (body.get("echo") or body.get("suffix")):
-        raise ApiError(400, "echo and suffix are not supported", "echo")
+    if not chat and body.get("suffix"):
+        raise ApiError(400, "suffix is not supported", "suffix")
 
 
 def _finish(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.openai_api.echo import Echo, joined
 from router.openai_api.logprobs import chat_logprobs, completion_logprobs, text_len
 
 FINISH_REASONS: dict[int, str] = {
@@ -49,6 +50,7 @@ class Reply:
     model: str
     include_usage: bool = False
     logprobs: bool = False  # the request asked for them: items carry one entry per token
+    echo: Echo | None = None  # completions with echo: the prompt leads
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     # Where a completion stream's next tokens start in its text (their text_offset).
@@ -60,12 +62,15 @@ class Reply:
     def whole(self, merged: pb.GenerateResponse) -> dict[str, Any]:
         """The reply to a request that did not stream; ``merged`` is all its items merged:
         their text and logprobs joined, the last item's finish fields."""
+        prompt = self._echoed(merged)
+        merged = self.echo.reply_item(merged) if self.echo else merged
         reason = FINISH_REASONS.get(merged.finish_reason, "stop")
         if self.chat:
             choice: dict[str, Any] = {"message": {"role": "assistant", "content": merged.text}}
         else:
-            choice = {"text": merged.text}
-        choice.update(index=0, finish_reason=reason, logprobs=self._logprobs(merged))
+            choice = {"text": (self.echo.text if self.echo else "") + merged.text}
+        logprobs = joined(prompt, self._logprobs(merged))
+        choice.update(index=0, finish_reason=reason, logprobs=logprobs)
         return {**self._head(False), "choices": [choice], "usage": usage(merged)}
 
     def chunks(self, item: pb.GenerateResponse, first: bool) -> list[str]:
@@ -74,6 +79,9 @@ class Reply:
         events = []
         if self.chat and first:
             events.append(self._chunk({"role": "assistant", "content": ""}, None))
+        if self.echo and first:
+            events.append(self._chunk(self.echo.text, None, self._echoed(item)))
+        item = self.echo.reply_item(item) if self.echo else item
         if item.text or item.logprobs:  # a token without text yet (EOS, half a character)
             delta = {"content": item.text} if self.chat else item.text
             events.append(self._chunk(delta, None, self._logprobs(item)))
@@ -83,6 +91,13 @@ class Reply:
             if self.include_usage:
                 events.append(sse({**self._head(True), "choices": [], "usage": usage(item)}))
         return events
+
+    def _echoed(self, item: pb.GenerateResponse) -> dict[str, Any] | None:
+        """The echoed prompt's logprobs (on the first item), where the request asked."""
+        if self.echo is None or not self.logprobs:
+            return None
+        self._text_offset = self.echo.logprobs_len(item.prompt_logprobs)
+        return self.echo.logprobs(item.prompt_logprobs)
 
     def _logprobs(self, item: pb.GenerateResponse) -> dict[str, Any] | None:
         """``item``'s tokens' logprobs in this endpoint's shape; a completion's offsets run on
