@@ -1,7 +1,9 @@
 """In-process cost of logprobs on the target (target_service/logprobs.py): a greedy verify of
 a 4-node chain (the verify graphs on CUDA) and an 8-step decode Forward, each timed for a
 request that asks for logprobs (top 0 and top 20) and for one that does not, steps alternating;
-and the pass alone. Every step repeats at the same positions, so the state does not grow.
+and the pass alone. Then a 512-token prefill chunk that scores the prompt tokens after its own
+(prompt log-probabilities, target_service/prompt_scores.py; top 0 and top 20) against one
+that does not. Every step repeats at the same positions, so the state does not grow.
 
   python -m benchmarks.gpu_logprobs_pass [--device cuda --dtype bfloat16] [--repeats 200]
 """
@@ -29,6 +31,7 @@ from target_service.server import build_engine
 
 CHAIN = 4
 STEPS = 8
+PREFILL = 512
 SPECS = {
     "off": SamplingSpec(0.0, 1.0, 0, 0),
     "top0": SamplingSpec(0.0, 1.0, 0, 0, logprobs=True),
@@ -87,22 +90,42 @@ def time_steps(engine: TargetEngine, prompt: list[int], repeats: int) -> dict:
     return out
 
 
+def time_prefill(engine: TargetEngine, prompt: list[int], repeats: int) -> dict:
+    """A PREFILL-token chunk run again and again at positions 0.., scoring its successors
+    (each spec's top count) or, for "off", nothing."""
+    ids = (prompt * (PREFILL // len(prompt) + 1))[:PREFILL]
+    items = {}
+    for i, (name, spec) in enumerate(SPECS.items()):
+        rid, base = f"prefill-{name}", 3000 + PREFILL * i
+        engine.forward([StepItem(rid, ids, 0, list(range(base, base + PREFILL)), True, spec)])
+        scored = [] if name == "off" else [*ids[1:], ids[0]]
+        items[name] = StepItem(rid, ids, 0, [], True, None, scored)
+    out: dict[str, float] = {}
+    for _ in range(3):
+        for name, item in items.items():
+            step = partial(engine.forward, [item])
+            out[f"prefill{PREFILL}_{name}_ms"] = median_ms(step, repeats)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--repeats", type=int, default=200)
+    p.add_argument("--prefill-repeats", type=int, default=20)
     p.add_argument("--out", default=None, help="JSON path (default: print only)")
     args = p.parse_args()
     config = TargetConfig(
         model_path=default_model_path(), cache_dir=default_cache_dir(), device=args.device,
-        dtype=args.dtype, num_slots=4096, max_decode_steps=STEPS,
+        dtype=args.dtype, num_slots=6144, max_decode_steps=STEPS,
         verify_graphs=args.device.startswith("cuda"),
     )  # fmt: skip
     engine = build_engine(config)
     prompt = list(chat_ids(["Name three colours of the rainbow."])[0])
     record = {"benchmark": "logprobs_pass", "when": utc_now(), "device": args.device,
               "dtype": args.dtype, **time_steps(engine, prompt, args.repeats),
+              **time_prefill(engine, prompt, args.prefill_repeats),
               "versions": versions()}  # fmt: skip
     print(json.dumps(record, indent=1))
     if args.out:
