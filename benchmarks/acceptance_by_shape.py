@@ -5,7 +5,9 @@ length of a shape (committed tokens per verify step, bonus included) can be meas
 replaying recorded replies through the real EagleDrafter (draft_service/eagle/train/evaluate.py)
 instead of timing a stack. The replies are the fp32 target's greedy continuations of the
 held-out ShareGPT prompts and the short instructions (benchmarks/data, kept out of training),
-cached under --data-dir so that a second run only replays.
+cached under --data-dir so that a second run only replays. Beside each set's mean, a shape's
+row holds per set the full-depth share: the verify rounds that accept a draft at every one of
+the tree's num_steps levels (the only outcome a next round drafted during the verify could guess).
 
     python -m benchmarks.acceptance_by_shape --shapes 8,8,64 10,10,96 --data-dir /tmp/replays
 """
@@ -107,10 +109,14 @@ def main(argv: list[str] | None = None) -> None:
         for text in args.shapes:
             shape = TreeShape(*map(int, text.split(",")))
             row: dict[str, Any] = {"tree": list(map(int, text.split(",")))}
+            shares = {}
             for name, data in sets.items():
                 found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare,
                                  group_size=args.batch)
                 row[name] = round(found.mean_acceptance_length, 3)
+                depth = found.accepted_at_depth  # [d]: rounds accepting >= d drafts
+                shares[name] = round(depth[shape.num_steps] / max(1, depth[0]), 4)
+            row["full_depth_share"] = shares
             print(json.dumps(row), flush=True)
             rows.append(row)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "prompts")}
