@@ -86,7 +86,8 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 def save_run(path: Path, label: str, report: dict[str, Any]) -> None:
-    """Adds ``report`` to the runs kept in ``path``, replacing an earlier run of ``label``."""
+    """Adds ``report`` to the runs kept in ``path``, replacing an earlier run of ``label``;
+    the file's other keys (a ``note`` saying what the runs are) stay as they were."""
     previous = json.loads(path.read_text()) if path.is_file() else {"runs": []}
     runs = [r for r in previous.get("runs", []) if r.get("label") != label]
-    write_json(path, {"runs": [*runs, report]})
+    write_json(path, {**previous, "runs": [*runs, report]})
