@@ -20,7 +20,9 @@ class _NoServicer:
     scheduler = None
 
 
-def call(app, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+def call(
+    app, path: str, body: bytes, headers: dict[str, str], method: str = "POST"
+) -> tuple[int, dict]:
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -30,7 +32,7 @@ def call(app, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dic
         sent.append(message)
 
     scope = {
-        "type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+        "type": "http", "method": method, "path": path, "raw_path": path.encode(),
         "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
         "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1234),
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
-from router.openai_api import protocol
+from router.openai_api import protocol, tokenize
 from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
 from router.openai_api.responses import DONE, Reply, sse
@@ -50,6 +50,9 @@ class OpenAIServer:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/tokenizer_info", self.tokenizer_info, methods=["GET"]),
         ]
         if self.registry is not None:
             routes.append(Route("/metrics", self.metrics, methods=["GET"]))
@@ -77,6 +80,29 @@ class OpenAIServer:
             "max_model_len": info.max_context_length,
         }
         return JSONResponse({"object": "list", "data": [card]})
+
+    # vLLM's tokenizer endpoints (router/openai_api/tokenize.py), authorized as /v1/* is.
+
+    async def tokenize(self, request: HttpRequest) -> Response:
+        max_len = self.servicer.model_info.max_context_length
+        return await self._answer(request, lambda body: tokenize.tokenize(
+            protocol.parse_body(body), self.scheduler.tokenizer, max_len))  # fmt: skip
+
+    async def detokenize(self, request: HttpRequest) -> Response:
+        return await self._answer(request, lambda body: tokenize.detokenize(
+            protocol.parse_body(body), self.scheduler.tokenizer))  # fmt: skip
+
+    async def tokenizer_info(self, request: HttpRequest) -> Response:
+        max_len = self.servicer.model_info.max_context_length
+        return await self._answer(request, lambda _: tokenize.tokenizer_info(
+            self.scheduler.tokenizer, max_len))  # fmt: skip
+
+    async def _answer(self, request: HttpRequest, answer: Callable[[bytes], dict]) -> Response:
+        try:
+            self._authorize(request)
+            return JSONResponse(answer(await request.body()))
+        except ApiError as err:
+            return _error(err)
 
     async def chat(self, request: HttpRequest) -> Response:
         return await self._generate(request, protocol.parse_chat, chat=True)

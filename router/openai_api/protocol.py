@@ -46,7 +46,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", "messages")
     for i, message in enumerate(messages):
-        request.messages.items.append(_chat_message(message, f"messages[{i}]"))
+        request.messages.items.append(chat_message(message, f"messages[{i}]"))
     _refuse_unsupported(body, chat=True)
     _chat_logprobs(request.sampling, body)
     return _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
@@ -68,7 +68,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         )
     _refuse_unsupported(body, chat=False)
     _completion_logprobs(request.sampling, body)
-    echo = _flag(body, "echo")
+    echo = flag(body, "echo")
     request.sampling.prompt_logprobs = echo and request.sampling.logprobs
     scores_only = echo and _is_int(body.get("max_tokens")) and body["max_tokens"] == 0
     if scores_only:  # the router samples a token after any prefill: the reply drops it
@@ -77,7 +77,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     return replace(parsed, echo=echo, scores_only=scores_only)
 
 
-def _chat_message(message: Any, where: str) -> pb.ChatMessage:
+def chat_message(message: Any, where: str) -> pb.ChatMessage:
     if not isinstance(message, dict):
         raise ApiError(400, f"{where} must be an object with role and content", where)
     role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
@@ -132,7 +132,7 @@ def _finish(
         if not isinstance(speculation, bool):
             raise ApiError(400, "speculation must be true or false", "speculation")
         request.speculation.enabled = speculation
-    stream = _flag(body, "stream")
+    stream = flag(body, "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
@@ -143,7 +143,7 @@ def _finish(
 def _chat_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
     """Chat's ``logprobs: bool`` and ``top_logprobs: int``; like OpenAI and vLLM, a
     top_logprobs (even 0) needs logprobs true."""
-    s.logprobs = _flag(body, "logprobs")
+    s.logprobs = flag(body, "logprobs")
     top = body.get("top_logprobs")
     if top is None:
         return
@@ -198,7 +198,7 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
     if not isinstance(ids, list) or not all(_is_int64(i) for i in ids):
         raise ApiError(400, "stop_token_ids must be a list of integers", "stop_token_ids")
     s.stop_token_ids.extend(ids)
-    s.ignore_eos = _flag(body, "ignore_eos")
+    s.ignore_eos = flag(body, "ignore_eos")
 
 
 def _stop(stop: Any) -> list[str]:
@@ -211,7 +211,7 @@ def _stop(stop: Any) -> list[str]:
     raise ApiError(400, "stop must be a string or a list of strings", "stop")
 
 
-def _flag(body: dict[str, Any], key: str) -> bool:
+def flag(body: dict[str, Any], key: str) -> bool:
     value = body.get(key, False)
     if value is None:
         return False

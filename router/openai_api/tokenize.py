@@ -1,0 +1,70 @@
+"""vLLM's tokenizer endpoints beside the OpenAI ones, on the router's own tokenizer (the
+GGUF's): ``POST /tokenize``, ``POST /detokenize`` and ``GET /tokenizer_info``. A client can
+count or score tokens without a tokenizer of its own: lm-evaluation-harness's
+``tokenizer_backend=remote`` uses exactly these three. Bad bodies get a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.openai_api.errors import ApiError
+from router.openai_api.protocol import chat_message, flag
+from router.tokenizer import Tokenizer
+
+
+def tokenize(body: dict[str, Any], tokenizer: Tokenizer, max_model_len: int) -> dict[str, Any]:
+    """``prompt`` (a string; ``add_special_tokens``, default true) or ``messages`` (a chat,
+    templated as the chat API templates it) as token ids."""
+    prompt, messages = body.get("prompt"), body.get("messages")
+    if (prompt is None) == (messages is None):
+        raise ApiError(400, "give either prompt (a string) or messages (a chat)", "prompt")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise ApiError(400, "prompt must be a string", "prompt")
+        add_special = flag(body, "add_special_tokens") if "add_special_tokens" in body else True
+        tokens = tokenizer.encode(prompt, add_special_tokens=add_special)
+    else:
+        tokens = _chat_tokens(messages, tokenizer)
+    return {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens}
+
+
+def detokenize(body: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and tokenizer.is_valid_id(t) for t in tokens
+    ):
+        raise ApiError(
+            400, f"tokens must be a list of token ids in [0, {tokenizer.vocab_size})", "tokens"
+        )
+    return {"prompt": tokenizer.decode(tokens)}
+
+
+def tokenizer_info(tokenizer: Tokenizer, max_model_len: int) -> dict[str, Any]:
+    """What a remote client needs to stand in for the tokenizer: its special tokens' text (each
+    tokenizes back to its id) and the chat template's source."""
+    eos = tokenizer.eos_token_ids[0] if tokenizer.eos_token_ids else None
+    return {
+        "tokenizer_class": "splitspec GGUF tokenizer",
+        "model": tokenizer.model_name,
+        "vocab_size": tokenizer.vocab_size,
+        "model_max_length": max_model_len,
+        "eos_token": _spelled(tokenizer, eos),
+        "bos_token": _spelled(tokenizer, tokenizer.bos_token_id),
+        "pad_token": None,
+        "chat_template": tokenizer.chat_template,
+    }
+
+
+def _chat_tokens(messages: Any, tokenizer: Tokenizer) -> list[int]:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list", "messages")
+    chat = [chat_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    try:
+        return tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in chat])
+    except ValueError as err:
+        raise ApiError(400, str(err), "messages") from err
+
+
+def _spelled(tokenizer: Tokenizer, token_id: int | None) -> str | None:
+    return None if token_id is None else tokenizer.decode([token_id])
