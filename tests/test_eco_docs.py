@@ -65,6 +65,6 @@ def test_api_page_names_every_rpc_and_route() -> None:
         scheduler = None
 
     routes = [r.path for r in OpenAIServer(_Servicer(), "m", registry=object()).app().routes]
-    assert len(routes) == 5
+    assert len(routes) == 8  # the OpenAI ones, /health, /metrics and the tokenizer ones
     for route in routes:
         assert re.search(rf"`(GET|POST) {re.escape(route)}`", text), route
