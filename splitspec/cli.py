@@ -21,6 +21,7 @@ def _generate(args: argparse.Namespace) -> int:
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
+        prompt_logprobs=args.prompt_logprobs,
     )  # fmt: skip
     try:
         print_generation(args.address, request)
@@ -50,6 +51,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     reply.add_argument("--logprobs", type=int, default=None, metavar="N",
                        help="after the reply, each token's log-probability under the target "
                             "and the N (at most 20) likeliest tokens at its place")
+    reply.add_argument("--prompt-logprobs", action="store_true",
+                       help="also each prompt token's log-probability given the tokens before "
+                            "it (with --logprobs N, the N likeliest too), and the prompt's "
+                            "log-likelihood and perplexity")
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")

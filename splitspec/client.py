@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ class GenerationResult:
     seconds: float = 0.0
     num_items: int = 0
     logprobs: list[pb.LogprobEntry] = field(default_factory=list)  # when the request asked
+    prompt_logprobs: list[pb.LogprobEntry] = field(default_factory=list)  # likewise
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,6 +75,7 @@ class Client:
             result.token_ids += item.token_ids
             result.text += item.text
             result.logprobs += item.logprobs
+            result.prompt_logprobs += item.prompt_logprobs
             if echo is not None and item.text:
                 echo.write(item.text)
                 echo.flush()
@@ -103,8 +106,10 @@ def build_request(
     top_k: int = 0,
     stop: Sequence[str] = (),
     top_logprobs: int | None = None,
+    prompt_logprobs: bool = False,
 ) -> pb.GenerateRequest:
-    """``top_logprobs``: None, no logprobs; N >= 0, each token's and its N likeliest."""
+    """``top_logprobs``: None, no logprobs; N >= 0, each token's and its N likeliest (the
+    prompt's tokens' too with ``prompt_logprobs``)."""
     req = pb.GenerateRequest()
     if chat:
         req.messages.items.add(role="user", content=prompt)
@@ -120,6 +125,7 @@ def build_request(
     if top_logprobs is not None:
         req.sampling.logprobs = True
         req.sampling.top_logprobs = top_logprobs
+    req.sampling.prompt_logprobs = prompt_logprobs
     if speculate is not None:
         req.speculation.enabled = speculate
     return req
@@ -141,9 +147,19 @@ def print_generation(
     with Client(address) as client:
         result = client.generate(request, echo=out)
     out.write("\n\n" + result.summary() + "\n")
+    if result.prompt_logprobs:
+        out.write("\nthe prompt:\n" + format_logprobs(result.prompt_logprobs) + "\n")
+        out.write(prompt_score(result.prompt_logprobs) + "\n")
     if result.logprobs:
         out.write("\n" + format_logprobs(result.logprobs) + "\n")
     return result
+
+
+def prompt_score(entries: Sequence[pb.LogprobEntry]) -> str:
+    """The prompt's log-likelihood (its first token aside) and the perplexity it gives."""
+    total = sum(entry.chosen.logprob for entry in entries)
+    perplexity = math.exp(-total / len(entries))
+    return f"log-likelihood {total:.3f} over {len(entries)} tokens, perplexity {perplexity:.2f}"
 
 
 def format_logprobs(entries: Sequence[pb.LogprobEntry]) -> str:

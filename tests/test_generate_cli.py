@@ -5,6 +5,7 @@ there."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import subprocess
 import sys
@@ -113,3 +114,20 @@ def test_logprobs_print_a_line_per_token(stack: LocalStack) -> None:
         values = [float(v) for v in re.findall(r"(?<=\s)-?\d+\.\d{3}(?=\s|$)", line)]
         assert len(values) == 3 and all(v <= 0 for v in values), line
         assert values[0] == values[1], line  # greedy: the token is the likeliest
+
+
+def test_prompt_logprobs_print_the_prompts_tokens_and_its_perplexity(stack: LocalStack) -> None:
+    text = "The capital of France is"
+    done = generate(stack.router_address, text, "--raw", "--max-new-tokens", "2",
+                    "--prompt-logprobs")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    prompt_part = done.stdout.split("the prompt:")[1]
+    table = prompt_part.split("log-likelihood")[0].strip().splitlines()[1:]
+    prompt_tokens = int(re.findall(r"\| prompt (\d+) ", done.stdout)[0])
+    assert len(table) == prompt_tokens - 1 >= 3, done.stdout
+    values = [float(re.findall(r"(?<=\s)-?\d+\.\d{3}(?=\s|$)", line)[0]) for line in table]
+    total, count, perplexity = re.findall(
+        r"log-likelihood (-?\d+\.\d+) over (\d+) tokens, perplexity (\d+\.\d+)", done.stdout
+    )[0]
+    assert int(count) == len(table) and abs(float(total) - sum(values)) < 0.01
+    assert math.isclose(float(perplexity), math.exp(-float(total) / len(table)), rel_tol=1e-3)
