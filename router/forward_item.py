@@ -29,7 +29,7 @@ def forward_item(
             target_pb2.SamplingConfig(
                 temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
                 presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
-                logprobs=o.logprobs, top_logprobs=o.top_logprobs,
+                logprobs=o.logprobs, top_logprobs=o.top_logprobs, logit_bias=dict(o.logit_bias),
             )
         )
     req.num_sent_slots = len(req.slots)

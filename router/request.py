@@ -28,6 +28,7 @@ class SamplingOptions:
     logprobs: bool = False  # stream each token's log-probability (router/logprobs.py)
     top_logprobs: int = 0
     prompt_logprobs: bool = False  # score the prompt (router/prompt_scores.py)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), added before sampling
 
 
 @dataclass(eq=False)

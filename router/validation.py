@@ -86,6 +86,7 @@ def sampling_options(
     return SamplingOptions(
         max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos,
         presence, frequency, logprobs, top_logprobs, prompt_logprobs,
+        _logit_bias(s, limits.vocab_size),
     )
 
 
@@ -95,6 +96,16 @@ def _penalties(s: generation_pb2.SamplingParams) -> tuple[float, float]:
         if not (math.isfinite(value) and -2 <= value <= 2):
             raise InvalidRequest(f"{name} must be in [-2, 2], got {value}")
     return values
+
+
+def _logit_bias(s: generation_pb2.SamplingParams, vocab: int) -> tuple[tuple[int, float], ...]:
+    bad_ids = [t for t in s.logit_bias if not 0 <= t < vocab]
+    if bad_ids:
+        raise InvalidRequest(f"logit_bias token ids out of vocabulary [0, {vocab}): {bad_ids[:8]}")
+    bad = [(t, b) for t, b in s.logit_bias.items() if not (math.isfinite(b) and -100 <= b <= 100)]
+    if bad:
+        raise InvalidRequest(f"logit_bias values must be in [-100, 100], got {bad[:8]}")
+    return tuple(sorted(s.logit_bias.items()))
 
 
 def _logprobs(s: generation_pb2.SamplingParams) -> tuple[bool, int, bool]:

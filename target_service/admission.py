@@ -58,7 +58,7 @@ def admit_step(
     found = [table.find(it.request_id) for it in items]
     for item, state in zip(items, found, strict=True):
         if state is None:
-            _check_new(item)
+            _check_new(item, limits.vocab_size)
         _check_item(table, limits, item, state, decode_steps)
     states = [
         st if st is not None else table.open(it.request_id, it.sampling)  # type: ignore[arg-type]
@@ -68,10 +68,17 @@ def admit_step(
     return states
 
 
-def _check_new(item: StepItem) -> None:
+def _check_new(item: StepItem, vocab: int) -> None:
     """A request's first item: it must carry sampling parameters the target can honour."""
     if item.sampling is None:
         raise UnknownRequest(f"request {item.request_id!r} is new but carries no sampling")
+    bias = item.sampling.logit_bias
+    bad_bias = [(t, b) for t, b in bias if not (0 <= t < vocab and -100 <= b <= 100)]
+    if bad_bias:
+        raise InvalidStep(
+            f"request {item.request_id!r}: logit_bias needs token ids in [0, {vocab}) and values "
+            f"in [-100, 100], got {bad_bias[:4]}"
+        )
     if item.sampling.top_logprobs > MAX_TOP_LOGPROBS:
         raise InvalidStep(
             f"request {item.request_id!r}: top_logprobs {item.sampling.top_logprobs} exceeds "
@@ -147,9 +154,10 @@ def _check_multi_step(
             f"{item.sample}, {len(item.scored_ids)} scored ids"
         )
     spec = state.sampling if state is not None else item.sampling
-    if spec is not None and (spec.presence_penalty or spec.frequency_penalty):
+    if spec is not None and (spec.presence_penalty or spec.frequency_penalty or spec.logit_bias):
         raise InvalidStep(
-            f"request {item.request_id!r}: presence/frequency penalties need decode_steps 1"
+            f"request {item.request_id!r}: presence/frequency penalties and logit_bias need "
+            "decode_steps 1"
         )
 
 

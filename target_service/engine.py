@@ -168,12 +168,7 @@ class TargetEngine:
         return VerifyStep(results, wall_ms, self.clock.take_ms())
 
     def _fits_verify_graphs(self, states: list[RequestState], trees: HostTrees) -> bool:
-        plain = all(
-            s.sampling.temperature == 0
-            and s.sampling.presence_penalty == 0
-            and s.sampling.frequency_penalty == 0
-            for s in states
-        )
+        plain = all(s.sampling.temperature == 0 and not penalties.has_penalty(s) for s in states)
         runner = self.verify_graphs
         return plain and runner is not None and runner.can_run(*trees.shape)
 

@@ -24,6 +24,7 @@ class SamplingSpec:
     frequency_penalty: float = 0.0
     logprobs: bool = False  # report committed tokens' log-probabilities (logprobs.py)
     top_logprobs: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias): added before sampling
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RequestState:
     table_len: int  # positions 0..table_len-1 of the row hold router-assigned slots
     sampling: SamplingSpec
     counts: torch.Tensor | None = None  # [V] completion token counts, for penalties only
+    bias: torch.Tensor | None = None  # [V] logit_bias, dense, built on first use (penalties.py)
 
 
 class RequestTable:

@@ -31,7 +31,7 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
         s = pb.sampling
         sampling = SamplingSpec(
             s.temperature, s.top_p, s.top_k, s.seed, s.presence_penalty, s.frequency_penalty,
-            s.logprobs, s.top_logprobs,
+            s.logprobs, s.top_logprobs, tuple(sorted(s.logit_bias.items())),
         )  # fmt: skip
     return StepItem(
         pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling,

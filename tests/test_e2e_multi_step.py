@@ -145,7 +145,7 @@ def test_bad_multi_step_forwards_are_refused(stacks: tuple[LocalStack, LocalStac
     cases = [
         (STEPS + 1, [5], greedy_config, "exceeds the target's max_decode_steps 4"),
         (2, [5, 6], greedy_config, "needs one token with sample = true"),
-        (3, [5], penalised, "penalties need decode_steps 1"),
+        (3, [5], penalised, "penalties and logit_bias need decode_steps 1"),
     ]
     with grpc.insecure_channel(stacks[1].target_address, options=CHANNEL_OPTIONS) as channel:
         stub = target_pb2_grpc.TargetModelStub(channel)

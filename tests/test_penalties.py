@@ -60,3 +60,30 @@ def test_openai_formula_and_no_penalty_is_untouched() -> None:
     plain = [state(0.0, 0.0, [1, 2])]
     assert plain[0].counts is None  # no counting without penalties
     assert torch.equal(penalize(logits[:1], plain), logits[:1])
+
+
+def test_logit_bias_is_added_at_every_position() -> None:
+    torch.manual_seed(1)
+    biased = RequestState(0, 0, SamplingSpec(0.0, 1.0, 0, 0,
+                                             logit_bias=((2, -100.0), (9, 3.5))))  # fmt: skip
+    record([biased], [[2]], VOCAB, torch.device("cpu"))
+    plain = state(0.0, 0.0, [])
+    assert biased.counts is None  # nothing to count: logit_bias needs no completion
+    logits = torch.randn(2, VOCAB)
+    out = penalize(logits, [biased, plain])
+    want = logits[0].clone()
+    want[2] -= 100.0
+    want[9] += 3.5
+    torch.testing.assert_close(out[0], want, rtol=0, atol=0)
+    assert torch.equal(out[1], logits[1])
+    tree_logits = torch.randn(2, 3, VOCAB)
+    tokens = torch.tensor([[1, 2, 9], [1, 1, 1]])
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    layout = tree_attention_mask(torch.tensor([[-1, 0, 1], [-1, 0, 1]]), valid)
+    got = penalize_tree(tree_logits, [biased, plain], tokens, valid, layout.ancestors)
+    for i in range(3):
+        torch.testing.assert_close(got[0, i], penalize(tree_logits[0, i][None], [biased])[0])
+    assert torch.equal(got[1], tree_logits[1])
+    both = RequestState(0, 0, SamplingSpec(0.0, 1.0, 0, 0, 0.5, 0.0, logit_bias=((2, 1.0),)))
+    record([both], [[2]], VOCAB, torch.device("cpu"))
+    assert penalize(torch.zeros(1, VOCAB), [both])[0, 2] == 1.0 - 0.5  # the bias, the presence

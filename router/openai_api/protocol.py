@@ -109,8 +109,6 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     best_of = body.get("best_of")
     if best_of not in (None, 1):
         raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
-    if body.get("logit_bias"):
-        raise ApiError(400, "logit_bias is not supported", "logit_bias")
     if body.get("tools") or body.get("functions"):
         raise ApiError(400, "tools are not supported", "tools")
     fmt = body.get("response_format")
@@ -199,6 +197,25 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
         raise ApiError(400, "stop_token_ids must be a list of integers", "stop_token_ids")
     s.stop_token_ids.extend(ids)
     s.ignore_eos = flag(body, "ignore_eos")
+    _logit_bias(s, body.get("logit_bias"))
+
+
+def _logit_bias(s: pb.SamplingParams, bias: Any) -> None:
+    """OpenAI's ``{"token id": bias}`` (ids as strings, as JSON keys are); the values' range
+    and the ids' vocabulary are checked with the gRPC API's."""
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise ApiError(400, "logit_bias must be an object of token id -> bias", "logit_bias")
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.lstrip("-").isdigit() and _is_number(value)):
+            raise ApiError(
+                400, f"logit_bias: {key!r}: {value!r} is not a token id and a number", "logit_bias"
+            )
+        token = int(key)
+        if not -(1 << 63) <= token < (1 << 63):
+            raise ApiError(400, f"logit_bias: token id {key} out of range", "logit_bias")
+        s.logit_bias[token] = float(value)
 
 
 def _stop(stop: Any) -> list[str]:
