@@ -78,3 +78,35 @@ def test_chat_parameters_reach_the_grpc_request() -> None:
     assert s.seed == (1 << 64) - 1  # OpenAI's negative seeds wrap into uint64
     assert g.speculation.HasField("enabled") and g.speculation.enabled is False
     assert parsed.stream and parsed.include_usage
+
+
+def test_a_failed_choice_ends_the_interleaved_stream_and_closes_the_others() -> None:
+    from router.openai_api.choices import ChoiceFailed, interleaved
+
+    closed: list[str] = []
+
+    async def endless(name: str):
+        try:
+            while True:
+                yield name
+                await asyncio.sleep(0.001)
+        finally:
+            closed.append(name)
+
+    async def failing():
+        yield "f1"
+        await asyncio.sleep(0.01)
+        raise ChoiceFailed("error event")
+
+    async def run() -> tuple[list[str], str]:
+        seen = []
+        try:
+            async for event in interleaved([endless("a"), failing()]):
+                seen.append(event)
+        except ChoiceFailed as failed:
+            return seen, failed.event
+        return seen, ""
+
+    seen, error = asyncio.run(run())
+    assert error == "error event" and "f1" in seen and "a" in seen
+    assert closed == ["a"]  # the other choice's stream was closed (its request aborted)

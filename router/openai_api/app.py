@@ -6,6 +6,7 @@ the same scheduler, validated by the same code and batched with the gRPC API's r
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,9 +21,10 @@ from starlette.routing import Route
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol, tokenize
+from router.openai_api.choices import ChoiceFailed, fan_out, interleaved
 from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
-from router.openai_api.responses import DONE, Reply, sse
+from router.openai_api.responses import DONE, Reply, sse, usage
 from router.request import TRACE_HEADERS, Request
 
 # Given the bearer token (None when the header is missing), says whether it may call /v1/*.
@@ -120,21 +122,36 @@ class OpenAIServer:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")
             trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
-            req = self._submit(parsed.generate, trace_context)
+            reqs = self._submit_all(fan_out(parsed.generate, parsed.n), trace_context)
         except ApiError as err:
             return _error(err)
-        logprobs = parsed.generate.sampling.logprobs
-        reply = Reply(chat, self.model_name, parsed.include_usage, logprobs=logprobs)
-        if parsed.echo:
-            tokenizer = self.scheduler.tokenizer
-            reply.echo = Echo.of(parsed.generate, req, tokenizer, parsed.scores_only)
+        replies = self._replies(parsed, chat, reqs)
         if parsed.stream:
-            return StreamingResponse(self._events(req, reply), media_type="text/event-stream")
+            events = self._events(reqs, replies)
+            return StreamingResponse(events, media_type="text/event-stream")
         try:
-            whole = await self._collect(req)
+            wholes = await asyncio.gather(*(self._collect(req) for req in reqs))
         except ServiceFailure as err:
+            for req in reqs:  # the other choices stop too
+                self._abort_unfinished(req)
             return _error(from_router_error(err))
-        return JSONResponse(reply.whole(whole))
+        bodies = [reply.whole(whole) for reply, whole in zip(replies, wholes, strict=True)]
+        choices = [body["choices"][0] for body in bodies]
+        shown = [reply.shown(whole) for reply, whole in zip(replies, wholes, strict=True)]
+        return JSONResponse({**bodies[0], "choices": choices, "usage": usage(*shown)})
+
+    def _replies(self, parsed: protocol.ParsedRequest, chat: bool, reqs: list[Request]) -> list:
+        """One Reply per choice, all under the first one's id."""
+        replies: list[Reply] = []
+        for i, req in enumerate(reqs):
+            reply = Reply(chat, self.model_name, parsed.include_usage,
+                          logprobs=parsed.generate.sampling.logprobs, index=i,
+                          id=replies[0].id if replies else "")  # fmt: skip
+            if parsed.echo:
+                tokenizer = self.scheduler.tokenizer
+                reply.echo = Echo.of(parsed.generate, req, tokenizer, parsed.scores_only)
+            replies.append(reply)
+        return replies
 
     def _authorize(self, request: HttpRequest) -> None:
         if self.key_checker is None:
@@ -144,13 +161,21 @@ class OpenAIServer:
         if not self.key_checker(key):
             raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
 
-    def _submit(self, generate: pb.GenerateRequest, trace_context: dict[str, str]) -> Request:
+    def _submit_all(
+        self, generates: list[pb.GenerateRequest], trace_context: dict[str, str]
+    ) -> list[Request]:
+        """Every choice's request, or none: one refused aborts those already submitted."""
+        reqs: list[Request] = []
         try:
-            req = self.servicer._build(generate, trace_context)  # the gRPC API's validation
-            self.scheduler.submit(req)
+            for generate in generates:
+                req = self.servicer._build(generate, trace_context)  # the gRPC API's validation
+                self.scheduler.submit(req)
+                reqs.append(req)
         except (InvalidRequest, Overloaded) as err:
+            for req in reqs:
+                self._abort_unfinished(req)
             raise from_router_error(err) from err
-        return req
+        return reqs
 
     async def _collect(self, req: Request) -> pb.GenerateResponse:
         """All of the request's items as one: text, token ids and logprobs joined in order,
@@ -167,22 +192,38 @@ class OpenAIServer:
         finally:
             self._abort_unfinished(req)
 
-    async def _events(self, req: Request, reply: Reply) -> AsyncIterator[str]:
-        """SSE events until [DONE]. A client that goes away cancels this generator: the
-        request is aborted and gives its slots back."""
+    async def _events(self, reqs: list[Request], replies: list[Reply]) -> AsyncIterator[str]:
+        """SSE events of every choice, then the usage chunk (include_usage) and [DONE]; a
+        failed choice's error event ends the stream. A client that goes away closes this
+        generator: every choice's request is aborted and gives its slots back."""
+        finals: dict[int, pb.GenerateResponse] = {}  # by choice index
+        streams = [self._choice_events(*pair, finals) for pair in zip(reqs, replies, strict=True)]
+        try:
+            async for event in interleaved(streams):
+                yield event
+        except ChoiceFailed as failed:
+            yield failed.event
+            return
+        if replies[0].include_usage:
+            yield replies[0].usage_chunk([finals[i] for i in range(len(reqs))])
+        yield DONE
+
+    async def _choice_events(
+        self, req: Request, reply: Reply, finals: dict[int, pb.GenerateResponse]
+    ) -> AsyncIterator[str]:
+        """One choice's chunks; its last item goes to ``finals``."""
         first = True
         try:
             while True:
                 try:
                     item = await _next_item(req)
                 except ServiceFailure as err:
-                    yield sse(from_router_error(err).body())
-                    return
+                    raise ChoiceFailed(sse(from_router_error(err).body())) from err
                 for event in reply.chunks(item, first):
                     yield event
                 first = False
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
-                    yield DONE
+                    finals[reply.index] = reply.shown(item)
                     return
         finally:
             self._abort_unfinished(req)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.openai_api.choices import MAX_CHOICES
 from router.openai_api.errors import ApiError
 from router.validation import MAX_TOP_LOGPROBS
 
@@ -26,6 +27,7 @@ class ParsedRequest:
     model: str | None  # None: the body named none, so the served one
     stream: bool
     include_usage: bool
+    n: int = 1  # choices, each a request of its own (router/openai_api/choices.py)
     echo: bool = False  # completions: the prompt leads the reply (router/openai_api/echo.py)
     scores_only: bool = False  # echo with max_tokens 0: the prompt alone, scored
 
@@ -103,9 +105,6 @@ def _content(content: Any, where: str) -> str:
 
 
 def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
-    n = body.get("n", 1)
-    if n is not None and (not _is_int(n) or n != 1):
-        raise ApiError(400, f"n must be 1 (one choice per request), got {n!r}", "n")
     best_of = body.get("best_of")
     if best_of not in (None, 1):
         raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
@@ -135,7 +134,16 @@ def _finish(
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
     include_usage = bool(options.get("include_usage")) and stream
-    return ParsedRequest(request, model, stream, include_usage)
+    return ParsedRequest(request, model, stream, include_usage, _choices(body))
+
+
+def _choices(body: dict[str, Any]) -> int:
+    n = body.get("n")
+    if n is None:
+        return 1
+    if not _is_int(n) or not 1 <= n <= MAX_CHOICES:
+        raise ApiError(400, f"n must be an integer in [1, {MAX_CHOICES}], got {n!r}", "n")
+    return n
 
 
 def _chat_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:

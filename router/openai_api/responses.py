@@ -20,25 +20,31 @@ FINISH_REASONS: dict[int, str] = {
 }
 
 
-def usage(final: pb.GenerateResponse) -> dict[str, Any]:
-    """OpenAI usage plus ``speculation``: this request's verify steps, drafts and acceptance
-    (null when it ran target-only)."""
-    u = final.usage
-    spec = None
-    if final.HasField("speculation"):
-        s = final.speculation
-        spec = {
-            "verify_steps": s.verify_steps,
-            "draft_tokens": s.draft_tokens,
-            "accepted_tokens": s.accepted_tokens,
-            "mean_acceptance_length": s.mean_acceptance_length,
-        }
+def usage(*finals: pb.GenerateResponse) -> dict[str, Any]:
+    """OpenAI usage of a reply's choices (their requests' last items) plus ``speculation``:
+    their verify steps, drafts and acceptance (null when they ran target-only). The prompt
+    counts once, as OpenAI counts it for n choices; the completions add up."""
+    first = finals[0].usage
+    completion = sum(f.usage.completion_tokens for f in finals)
     return {
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-        "speculation": spec,
+        "prompt_tokens": first.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": first.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
+        "speculation": _speculation([f.speculation for f in finals if f.HasField("speculation")]),
+    }
+
+
+def _speculation(stats: list[pb.SpeculationStats]) -> dict[str, Any] | None:
+    if not stats:
+        return None
+    steps = sum(s.verify_steps for s in stats)
+    committed = sum(s.mean_acceptance_length * s.verify_steps for s in stats)
+    return {
+        "verify_steps": steps,
+        "draft_tokens": sum(s.draft_tokens for s in stats),
+        "accepted_tokens": sum(s.accepted_tokens for s in stats),
+        "mean_acceptance_length": committed / steps if steps else 0.0,
     }
 
 
@@ -51,6 +57,7 @@ class Reply:
     include_usage: bool = False
     logprobs: bool = False  # the request asked for them: items carry one entry per token
     echo: Echo | None = None  # completions with echo: the prompt leads
+    index: int = 0  # the choice's (OpenAI's n: router/openai_api/choices.py)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     # Where a completion stream's next tokens start in its text (their text_offset).
@@ -63,34 +70,40 @@ class Reply:
         """The reply to a request that did not stream; ``merged`` is all its items merged:
         their text and logprobs joined, the last item's finish fields."""
         prompt = self._echoed(merged)
-        merged = self.echo.reply_item(merged) if self.echo else merged
+        merged = self.shown(merged)
         reason = FINISH_REASONS.get(merged.finish_reason, "stop")
         if self.chat:
             choice: dict[str, Any] = {"message": {"role": "assistant", "content": merged.text}}
         else:
             choice = {"text": (self.echo.text if self.echo else "") + merged.text}
         logprobs = joined(prompt, self._logprobs(merged))
-        choice.update(index=0, finish_reason=reason, logprobs=logprobs)
+        choice.update(index=self.index, finish_reason=reason, logprobs=logprobs)
         return {**self._head(False), "choices": [choice], "usage": usage(merged)}
 
     def chunks(self, item: pb.GenerateResponse, first: bool) -> list[str]:
-        """SSE events for one stream item: its text and tokens' logprobs, then its finish and
-        usage if last."""
+        """SSE events for one stream item: its text and tokens' logprobs, then its finish if
+        last (the reply's usage chunk comes after every choice's: ``usage_chunk``)."""
         events = []
         if self.chat and first:
             events.append(self._chunk({"role": "assistant", "content": ""}, None))
         if self.echo and first:
             events.append(self._chunk(self.echo.text, None, self._echoed(item)))
-        item = self.echo.reply_item(item) if self.echo else item
+        item = self.shown(item)
         if item.text or item.logprobs:  # a token without text yet (EOS, half a character)
             delta = {"content": item.text} if self.chat else item.text
             events.append(self._chunk(delta, None, self._logprobs(item)))
         if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
             reason = FINISH_REASONS.get(item.finish_reason, "stop")
             events.append(self._chunk({} if self.chat else "", reason))
-            if self.include_usage:
-                events.append(sse({**self._head(True), "choices": [], "usage": usage(item)}))
         return events
+
+    def shown(self, item: pb.GenerateResponse) -> pb.GenerateResponse:
+        """The item as this reply shows it (echo's scores-only drops the sampled token)."""
+        return self.echo.reply_item(item) if self.echo else item
+
+    def usage_chunk(self, finals: list[pb.GenerateResponse]) -> str:
+        """With include_usage, the stream's last chunk before [DONE]: no choices, the usage."""
+        return sse({**self._head(True), "choices": [], "usage": usage(*finals)})
 
     def _echoed(self, item: pb.GenerateResponse) -> dict[str, Any] | None:
         """The echoed prompt's logprobs (on the first item), where the request asked."""
@@ -111,7 +124,8 @@ class Reply:
         return shaped
 
     def _chunk(self, delta: Any, reason: str | None, logprobs: Any = None) -> str:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": reason, "logprobs": logprobs}
+        choice: dict[str, Any] = {"index": self.index, "finish_reason": reason}
+        choice["logprobs"] = logprobs
         choice["delta" if self.chat else "text"] = delta
         body = {**self._head(True), "choices": [choice]}
         if self.include_usage:
