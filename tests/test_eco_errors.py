@@ -34,7 +34,7 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"model": "gpt-4o"}, 404, "model"),
         ({"model": ""}, 400, "model"),
         ({"model": 7}, 400, "model"),
-        ({"n": 2}, 400, "n"),
+        ({"n": 65}, 400, "n"),
         ({"max_tokens": -1}, 400, "max_tokens"),
         ({"max_tokens": 0}, 400, "max_tokens"),
         ({"max_completion_tokens": "8"}, 400, "max_completion_tokens"),
@@ -66,7 +66,7 @@ def test_malformed_bodies(eco_stack: EcoStack, raw: bytes) -> None:
 def test_unknown_path_and_bad_prompt(eco_stack: EcoStack) -> None:
     status, raw = eco_stack.get("/v1/engines")
     assert_error(status, json.loads(raw), 404)
-    body = {"model": eco_stack.model_name, "prompt": ["a", "b"], "max_tokens": 2}
+    body = {"model": eco_stack.model_name, "prompt": ["a", 5], "max_tokens": 2}  # mixed
     assert_error(*eco_stack.post("/v1/completions", body), 400, "prompt")
 
 

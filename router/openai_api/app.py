@@ -21,7 +21,7 @@ from starlette.routing import Route
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol, tokenize
-from router.openai_api.choices import ChoiceFailed, fan_out, interleaved
+from router.openai_api.choices import ChoiceFailed, interleaved
 from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
 from router.openai_api.responses import DONE, Reply, sse, usage
@@ -122,13 +122,18 @@ class OpenAIServer:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")
             trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
-            reqs = self._submit_all(fan_out(parsed.generate, parsed.n), trace_context)
+            generates = protocol.requests(parsed)
+            reqs = self._submit_all(generates, trace_context)
         except ApiError as err:
             return _error(err)
-        replies = self._replies(parsed, chat, reqs)
+        replies = self._replies(parsed, chat, generates, reqs)
         if parsed.stream:
-            events = self._events(reqs, replies)
+            events = self._events(reqs, replies, parsed.n)
             return StreamingResponse(events, media_type="text/event-stream")
+        return await self._whole(reqs, replies, parsed.n)
+
+    async def _whole(self, reqs: list[Request], replies: list[Reply], n: int) -> Response:
+        """The reply to a request that did not stream: every choice's, the usage of them all."""
         try:
             wholes = await asyncio.gather(*(self._collect(req) for req in reqs))
         except ServiceFailure as err:
@@ -138,18 +143,24 @@ class OpenAIServer:
         bodies = [reply.whole(whole) for reply, whole in zip(replies, wholes, strict=True)]
         choices = [body["choices"][0] for body in bodies]
         shown = [reply.shown(whole) for reply, whole in zip(replies, wholes, strict=True)]
-        return JSONResponse({**bodies[0], "choices": choices, "usage": usage(*shown)})
+        return JSONResponse({**bodies[0], "choices": choices, "usage": usage(*shown, n=n)})
 
-    def _replies(self, parsed: protocol.ParsedRequest, chat: bool, reqs: list[Request]) -> list:
+    def _replies(
+        self,
+        parsed: protocol.ParsedRequest,
+        chat: bool,
+        generates: list[pb.GenerateRequest],
+        reqs: list[Request],
+    ) -> list[Reply]:
         """One Reply per choice, all under the first one's id."""
         replies: list[Reply] = []
-        for i, req in enumerate(reqs):
+        for i, (generate, req) in enumerate(zip(generates, reqs, strict=True)):
             reply = Reply(chat, self.model_name, parsed.include_usage,
                           logprobs=parsed.generate.sampling.logprobs, index=i,
                           id=replies[0].id if replies else "")  # fmt: skip
             if parsed.echo:
                 tokenizer = self.scheduler.tokenizer
-                reply.echo = Echo.of(parsed.generate, req, tokenizer, parsed.scores_only)
+                reply.echo = Echo.of(generate, req, tokenizer, parsed.scores_only)
             replies.append(reply)
         return replies
 
@@ -192,7 +203,9 @@ class OpenAIServer:
         finally:
             self._abort_unfinished(req)
 
-    async def _events(self, reqs: list[Request], replies: list[Reply]) -> AsyncIterator[str]:
+    async def _events(
+        self, reqs: list[Request], replies: list[Reply], n: int
+    ) -> AsyncIterator[str]:
         """SSE events of every choice, then the usage chunk (include_usage) and [DONE]; a
         failed choice's error event ends the stream. A client that goes away closes this
         generator: every choice's request is aborted and gives its slots back."""
@@ -205,7 +218,7 @@ class OpenAIServer:
             yield failed.event
             return
         if replies[0].include_usage:
-            yield replies[0].usage_chunk([finals[i] for i in range(len(reqs))])
+            yield replies[0].usage_chunk([finals[i] for i in range(len(reqs))], n)
         yield DONE
 
     async def _choice_events(

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 
 from protos import generation_pb2 as pb
 
-MAX_CHOICES = 64
+MAX_CHOICES = 64  # n at most; a completions batch holds as many prompts at most
+MAX_REQUESTS = 256  # prompts x n
 UINT64 = (1 << 64) - 1
 
 

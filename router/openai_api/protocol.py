@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
-from router.openai_api.choices import MAX_CHOICES
+from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
 from router.validation import MAX_TOP_LOGPROBS
 
@@ -28,8 +28,15 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     n: int = 1  # choices, each a request of its own (router/openai_api/choices.py)
+    # completions: one request per prompt of a batch, each fanned out to n (empty: generate)
+    prompts: tuple[pb.GenerateRequest, ...] = ()
     echo: bool = False  # completions: the prompt leads the reply (router/openai_api/echo.py)
     scores_only: bool = False  # echo with max_tokens 0: the prompt alone, scored
+
+
+def requests(parsed: ParsedRequest) -> list[pb.GenerateRequest]:
+    """Every choice's request: prompt by prompt, n choices each (OpenAI's index order)."""
+    return [one for base in parsed.prompts or (parsed.generate,) for one in fan_out(base, parsed.n)]
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -56,18 +63,8 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
 
 def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     request = pb.GenerateRequest()
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        request.text = prompt
-    elif isinstance(prompt, list) and prompt and all(_is_int64(t) for t in prompt):
-        request.input_ids.ids.extend(prompt)
-    else:
-        raise ApiError(
-            400, "prompt must be a string or a list of token ids (one prompt per request)",
-            "prompt",
-        )
+    prompts = _prompts(body.get("prompt"))
+    _set_input(request, prompts[0])
     _refuse_unsupported(body, chat=False)
     _completion_logprobs(request.sampling, body)
     echo = flag(body, "echo")
@@ -76,7 +73,43 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     if scores_only:  # the router samples a token after any prefill: the reply drops it
         body = {**body, "max_tokens": 1}
     parsed = _finish(request, body, max_tokens_keys=("max_tokens",))
-    return replace(parsed, echo=echo, scores_only=scores_only)
+    if len(prompts) * parsed.n > MAX_REQUESTS:
+        raise ApiError(400, f"{len(prompts)} prompts x n {parsed.n} exceed {MAX_REQUESTS} "
+                       "choices a request", "n")  # fmt: skip
+    batch = []
+    for prompt in prompts:  # each with the first one's parameters
+        one = pb.GenerateRequest()
+        one.CopyFrom(request)
+        one.ClearField("input")
+        _set_input(one, prompt)
+        batch.append(one)
+    return replace(parsed, prompts=tuple(batch), echo=echo, scores_only=scores_only)
+
+
+def _prompts(prompt: Any) -> list[str | list[int]]:
+    """OpenAI's four forms: a string, a list of token ids, a list of strings or of lists of
+    token ids (a batch: one prompt each)."""
+    if isinstance(prompt, str) or _token_ids(prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(
+        isinstance(p, str) or _token_ids(p) for p in prompt
+    ):
+        if len(prompt) > MAX_CHOICES:
+            raise ApiError(400, f"at most {MAX_CHOICES} prompts a request", "prompt")
+        return prompt
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of either "
+                   "(one prompt each)", "prompt")  # fmt: skip
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(_is_int64(t) for t in value)
+
+
+def _set_input(request: pb.GenerateRequest, prompt: str | list[int]) -> None:
+    if isinstance(prompt, str):
+        request.text = prompt
+    else:
+        request.input_ids.ids.extend(prompt)
 
 
 def chat_message(message: Any, where: str) -> pb.ChatMessage:

@@ -20,17 +20,19 @@ FINISH_REASONS: dict[int, str] = {
 }
 
 
-def usage(*finals: pb.GenerateResponse) -> dict[str, Any]:
-    """OpenAI usage of a reply's choices (their requests' last items) plus ``speculation``:
-    their verify steps, drafts and acceptance (null when they ran target-only). The prompt
-    counts once, as OpenAI counts it for n choices; the completions add up."""
-    first = finals[0].usage
+def usage(*finals: pb.GenerateResponse, n: int = 1) -> dict[str, Any]:
+    """OpenAI usage of a reply's choices (their requests' last items, n a prompt) plus
+    ``speculation``: their verify steps, drafts and acceptance (null when they ran
+    target-only). Each prompt counts once, as OpenAI counts it for n choices; the completions
+    add up."""
+    firsts = [f.usage for f in finals[::n]]  # one choice of each prompt
+    prompt = sum(u.prompt_tokens for u in firsts)
     completion = sum(f.usage.completion_tokens for f in finals)
     return {
-        "prompt_tokens": first.prompt_tokens,
+        "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": first.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(u.cached_tokens for u in firsts)},
         "speculation": _speculation([f.speculation for f in finals if f.HasField("speculation")]),
     }
 
@@ -101,9 +103,10 @@ class Reply:
         """The item as this reply shows it (echo's scores-only drops the sampled token)."""
         return self.echo.reply_item(item) if self.echo else item
 
-    def usage_chunk(self, finals: list[pb.GenerateResponse]) -> str:
-        """With include_usage, the stream's last chunk before [DONE]: no choices, the usage."""
-        return sse({**self._head(True), "choices": [], "usage": usage(*finals)})
+    def usage_chunk(self, finals: list[pb.GenerateResponse], n: int = 1) -> str:
+        """With include_usage, the stream's last chunk before [DONE]: no choices, the usage
+        (``finals``: every choice's last item, n a prompt)."""
+        return sse({**self._head(True), "choices": [], "usage": usage(*finals, n=n)})
 
     def _echoed(self, item: pb.GenerateResponse) -> dict[str, Any] | None:
         """The echoed prompt's logprobs (on the first item), where the request asked."""
