@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import torch
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
 from benchmarks.run_record import save_run, utc_now
 from draft_service.drafter import TreeShape
-from draft_service.eagle.head import load_head
+from draft_service.eagle.head import EagleHead, load_head
 from draft_service.eagle.train.collect import CollectConfig, FeatureSet, collect
 from draft_service.eagle.train.data import PromptSet
 from draft_service.eagle.train.evaluate import evaluate
@@ -70,7 +71,7 @@ def replays(texts: dict[str, list[str]], max_new: int, device: str, dtype: torch
     return sets
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["5,4,16", "8,8,64"],
                         help="trees as steps,topk,tokens")  # fmt: skip
@@ -91,7 +92,26 @@ def main(argv: list[str] | None = None) -> None:
                         help="requests replayed together (1: as a stack serves one stream; "
                         "the drafter's graphs are per batch bucket)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def shape_row(head: EagleHead, sets: dict[str, FeatureSet], text: str, batch: int,
+              prepare: Callable[[Any], None] | None) -> dict[str, Any]:  # fmt: skip
+    """One tree shape's mean acceptance per set, and the share of rounds accepting every step."""
+    shape = TreeShape(*map(int, text.split(",")))
+    row: dict[str, Any] = {"tree": list(map(int, text.split(",")))}
+    shares = {}
+    for name, data in sets.items():
+        found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare, group_size=batch)
+        row[name] = round(found.mean_acceptance_length, 3)
+        depth = found.accepted_at_depth  # [d]: rounds accepting >= d drafts
+        shares[name] = round(depth[shape.num_steps] / max(1, depth[0]), 4)
+    row["full_depth_share"] = shares
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     started = time.monotonic()
     sets = replays(prompt_sets(args.num_sharegpt, args.prompts), args.max_new_tokens, args.device,
                    getattr(torch, args.target_dtype), args.data_dir)  # fmt: skip
@@ -107,18 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with torch.inference_mode():
         for text in args.shapes:
-            shape = TreeShape(*map(int, text.split(",")))
-            row: dict[str, Any] = {"tree": list(map(int, text.split(",")))}
-            shares = {}
-            for name, data in sets.items():
-                found = evaluate(head, data, shape, max_batch_size=32, prepare=prepare,
-                                 group_size=args.batch)
-                row[name] = round(found.mean_acceptance_length, 3)
-                depth = found.accepted_at_depth  # [d]: rounds accepting >= d drafts
-                shares[name] = round(depth[shape.num_steps] / max(1, depth[0]), 4)
-            row["full_depth_share"] = shares
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            rows.append(shape_row(head, sets, text, args.batch, prepare))
+            print(json.dumps(rows[-1]), flush=True)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "prompts")}
     label = (f"{args.device}{'-graphs' if args.graphs else ''}-head-{args.dtype}-target-"
              f"{args.target_dtype}-{args.max_new_tokens}-batch{args.batch}")
