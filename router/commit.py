@@ -105,7 +105,7 @@ class Commit:
         req.output_ids += committed.token_ids
         telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         if req.options.logprobs and logprobs is not None:
-            item.logprobs.extend(self.speller.entries(logprobs, committed.token_ids))
+            self.speller.fill(item.logprobs, logprobs, committed.token_ids)
         if committed.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
             self._fill_final(item, req, committed.finish_reason, committed.matched_stop)
         req.outbox.put_nowait(item)
