@@ -37,6 +37,8 @@ def plan_scores(
 ) -> ScorePlan | None:
     """The step's scoring rows (item i's scored_ids[j] under its token j); None when no item
     scores (then no pass at all)."""
+    if not any(item.scored_ids for item in items):  # a decode step's case: nothing built
+        return None
     rows: list[int] = []
     tokens: list[int] = []
     offset = 0
@@ -44,8 +46,6 @@ def plan_scores(
         rows += range(offset, offset + len(item.scored_ids))
         tokens += item.scored_ids
         offset += len(item.token_ids)
-    if not tokens:
-        return None
     lengths = [len(it.scored_ids) for it in items]
     tops = [s.sampling.top_logprobs if n else None for s, n in zip(states, lengths, strict=True)]
     on_rows, on_tokens = on_device(device, rows, tokens)
