@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import tensor_pb2 as protos_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/target.proto\x12\x13splitspec.target.v1\x1a\x13protos/tensor.proto\"\xa8\x02\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x02\x12\x10\n\x08logprobs\x18\x07 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x08 \x01(\r\x12\x46\n\nlogit_bias\x18\t \x03(\x0b\x32\x32.splitspec.target.v1.SamplingConfig.LogitBiasEntry\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\xb5\x01\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x11\n\tstart_pos\x18\x03 \x01(\r\x12\x11\n\tnew_slots\x18\x04 \x03(\x03\x12\x0e\n\x06sample\x18\x05 \x01(\x08\x12\x35\n\x08sampling\x18\x06 \x01(\x0b\x32#.splitspec.target.v1.SamplingConfig\x12\x12\n\nscored_ids\x18\x07 \x03(\x03\"W\n\x0e\x46orwardRequest\x12/\n\x05items\x18\x01 \x03(\x0b\x32 .splitspec.target.v1.ForwardItem\x12\x14\n\x0c\x64\x65\x63ode_steps\x18\x02 \x01(\r\"I\n\x08Logprobs\x12\x16\n\x0etoken_logprobs\x18\x01 \x03(\x02\x12\x0f\n\x07top_ids\x18\x02 \x03(\x03\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"\xb0\x01\n\x0f\x46orwardResponse\x12\x16\n\x0enext_token_ids\x18\x01 \x03(\x03\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\x12/\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\x12-\n\x06scored\x18\x05 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"\x88\x01\n\nVerifyItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x04 \x03(\x05\x12\x11\n\tnew_slots\x18\x05 \x03(\x03\x12\x15\n\rreturn_hidden\x18\x06 \x01(\x08\"?\n\rVerifyRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.target.v1.VerifyItem\"\x95\x01\n\x0cVerifyResult\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12+\n\x06hidden\x18\x03 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\x12/\n\x08logprobs\x18\x04 \x01(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"k\n\x0eVerifyResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.splitspec.target.v1.VerifyResult\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"c\n\x11ReadHiddenRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x0f\n\x07\x65nd_pos\x18\x03 \x01(\r\x12\x16\n\x0erows_per_chunk\x18\x04 \x01(\r\"M\n\x0bHiddenChunk\x12\x11\n\tstart_pos\x18\x01 \x01(\r\x12+\n\x06hidden\x18\x02 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc6\x02\n\nTargetInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x11\n\tnum_slots\x18\x05 \x01(\r\x12\x13\n\x0bhidden_size\x18\x06 \x01(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x14\n\x0cmax_requests\x18\n \x01(\r\x12\x17\n\x0fmax_tree_tokens\x18\x0b \x01(\r\x12\x1c\n\x14\x64\x65\x63ode_graph_batches\x18\x0c \x03(\r\x12\x16\n\x0e\x65xact_numerics\x18\r \x01(\x08\x12\x18\n\x10max_decode_steps\x18\x0e \x01(\r2\xf4\x04\n\x0bTargetModel\x12T\n\x07\x46orward\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse\x12Q\n\x06Verify\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse\x12^\n\rForwardStream\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse(\x01\x30\x01\x12[\n\x0cVerifyStream\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse(\x01\x30\x01\x12X\n\nReadHidden\x12&.splitspec.target.v1.ReadHiddenRequest\x1a .splitspec.target.v1.HiddenChunk0\x01\x12T\n\x07Release\x12#.splitspec.target.v1.ReleaseRequest\x1a$.splitspec.target.v1.ReleaseResponse\x12O\n\x07GetInfo\x12#.splitspec.target.v1.GetInfoRequest\x1a\x1f.splitspec.target.v1.TargetInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/target.proto\x12\x13splitspec.target.v1\x1a\x13protos/tensor.proto\"\xa8\x02\n\x0eSamplingConfig\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x02\x12\x10\n\x08logprobs\x18\x07 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x08 \x01(\r\x12\x46\n\nlogit_bias\x18\t \x03(\x0b\x32\x32.splitspec.target.v1.SamplingConfig.LogitBiasEntry\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\xcd\x01\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x11\n\tstart_pos\x18\x03 \x01(\r\x12\x11\n\tnew_slots\x18\x04 \x03(\x03\x12\x0e\n\x06sample\x18\x05 \x01(\x08\x12\x35\n\x08sampling\x18\x06 \x01(\x0b\x32#.splitspec.target.v1.SamplingConfig\x12\x12\n\nscored_ids\x18\x07 \x03(\x03\x12\x16\n\x0e\x61llowed_tokens\x18\x08 \x01(\x0c\"W\n\x0e\x46orwardRequest\x12/\n\x05items\x18\x01 \x03(\x0b\x32 .splitspec.target.v1.ForwardItem\x12\x14\n\x0c\x64\x65\x63ode_steps\x18\x02 \x01(\r\"I\n\x08Logprobs\x12\x16\n\x0etoken_logprobs\x18\x01 \x03(\x02\x12\x0f\n\x07top_ids\x18\x02 \x03(\x03\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"\xb0\x01\n\x0f\x46orwardResponse\x12\x16\n\x0enext_token_ids\x18\x01 \x03(\x03\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\x12/\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\x12-\n\x06scored\x18\x05 \x03(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"\xa0\x01\n\nVerifyItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x04 \x03(\x05\x12\x11\n\tnew_slots\x18\x05 \x03(\x03\x12\x15\n\rreturn_hidden\x18\x06 \x01(\x08\x12\x16\n\x0e\x61llowed_tokens\x18\x07 \x01(\x0c\"?\n\rVerifyRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.target.v1.VerifyItem\"\x95\x01\n\x0cVerifyResult\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12+\n\x06hidden\x18\x03 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\x12/\n\x08logprobs\x18\x04 \x01(\x0b\x32\x1d.splitspec.target.v1.Logprobs\"k\n\x0eVerifyResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.splitspec.target.v1.VerifyResult\x12\x12\n\nforward_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"c\n\x11ReadHiddenRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x0f\n\x07\x65nd_pos\x18\x03 \x01(\r\x12\x16\n\x0erows_per_chunk\x18\x04 \x01(\r\"M\n\x0bHiddenChunk\x12\x11\n\tstart_pos\x18\x01 \x01(\r\x12+\n\x06hidden\x18\x02 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xc6\x02\n\nTargetInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x02 \x01(\t\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x1a\n\x12max_context_length\x18\x04 \x01(\r\x12\x11\n\tnum_slots\x18\x05 \x01(\r\x12\x13\n\x0bhidden_size\x18\x06 \x01(\r\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x14\n\x0cmax_requests\x18\n \x01(\r\x12\x17\n\x0fmax_tree_tokens\x18\x0b \x01(\r\x12\x1c\n\x14\x64\x65\x63ode_graph_batches\x18\x0c \x03(\r\x12\x16\n\x0e\x65xact_numerics\x18\r \x01(\x08\x12\x18\n\x10max_decode_steps\x18\x0e \x01(\r2\xf4\x04\n\x0bTargetModel\x12T\n\x07\x46orward\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse\x12Q\n\x06Verify\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse\x12^\n\rForwardStream\x12#.splitspec.target.v1.ForwardRequest\x1a$.splitspec.target.v1.ForwardResponse(\x01\x30\x01\x12[\n\x0cVerifyStream\x12\".splitspec.target.v1.VerifyRequest\x1a#.splitspec.target.v1.VerifyResponse(\x01\x30\x01\x12X\n\nReadHidden\x12&.splitspec.target.v1.ReadHiddenRequest\x1a .splitspec.target.v1.HiddenChunk0\x01\x12T\n\x07Release\x12#.splitspec.target.v1.ReleaseRequest\x1a$.splitspec.target.v1.ReleaseResponse\x12O\n\x07GetInfo\x12#.splitspec.target.v1.GetInfoRequest\x1a\x1f.splitspec.target.v1.TargetInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,33 +39,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGCONFIG_LOGITBIASENTRY']._serialized_start=314
   _globals['_SAMPLINGCONFIG_LOGITBIASENTRY']._serialized_end=362
   _globals['_FORWARDITEM']._serialized_start=365
-  _globals['_FORWARDITEM']._serialized_end=546
-  _globals['_FORWARDREQUEST']._serialized_start=548
-  _globals['_FORWARDREQUEST']._serialized_end=635
-  _globals['_LOGPROBS']._serialized_start=637
-  _globals['_LOGPROBS']._serialized_end=710
-  _globals['_FORWARDRESPONSE']._serialized_start=713
-  _globals['_FORWARDRESPONSE']._serialized_end=889
-  _globals['_VERIFYITEM']._serialized_start=892
-  _globals['_VERIFYITEM']._serialized_end=1028
-  _globals['_VERIFYREQUEST']._serialized_start=1030
-  _globals['_VERIFYREQUEST']._serialized_end=1093
-  _globals['_VERIFYRESULT']._serialized_start=1096
-  _globals['_VERIFYRESULT']._serialized_end=1245
-  _globals['_VERIFYRESPONSE']._serialized_start=1247
-  _globals['_VERIFYRESPONSE']._serialized_end=1354
-  _globals['_READHIDDENREQUEST']._serialized_start=1356
-  _globals['_READHIDDENREQUEST']._serialized_end=1455
-  _globals['_HIDDENCHUNK']._serialized_start=1457
-  _globals['_HIDDENCHUNK']._serialized_end=1534
-  _globals['_RELEASEREQUEST']._serialized_start=1536
-  _globals['_RELEASEREQUEST']._serialized_end=1573
-  _globals['_RELEASERESPONSE']._serialized_start=1575
-  _globals['_RELEASERESPONSE']._serialized_end=1614
-  _globals['_GETINFOREQUEST']._serialized_start=1616
-  _globals['_GETINFOREQUEST']._serialized_end=1632
-  _globals['_TARGETINFO']._serialized_start=1635
-  _globals['_TARGETINFO']._serialized_end=1961
-  _globals['_TARGETMODEL']._serialized_start=1964
-  _globals['_TARGETMODEL']._serialized_end=2592
+  _globals['_FORWARDITEM']._serialized_end=570
+  _globals['_FORWARDREQUEST']._serialized_start=572
+  _globals['_FORWARDREQUEST']._serialized_end=659
+  _globals['_LOGPROBS']._serialized_start=661
+  _globals['_LOGPROBS']._serialized_end=734
+  _globals['_FORWARDRESPONSE']._serialized_start=737
+  _globals['_FORWARDRESPONSE']._serialized_end=913
+  _globals['_VERIFYITEM']._serialized_start=916
+  _globals['_VERIFYITEM']._serialized_end=1076
+  _globals['_VERIFYREQUEST']._serialized_start=1078
+  _globals['_VERIFYREQUEST']._serialized_end=1141
+  _globals['_VERIFYRESULT']._serialized_start=1144
+  _globals['_VERIFYRESULT']._serialized_end=1293
+  _globals['_VERIFYRESPONSE']._serialized_start=1295
+  _globals['_VERIFYRESPONSE']._serialized_end=1402
+  _globals['_READHIDDENREQUEST']._serialized_start=1404
+  _globals['_READHIDDENREQUEST']._serialized_end=1503
+  _globals['_HIDDENCHUNK']._serialized_start=1505
+  _globals['_HIDDENCHUNK']._serialized_end=1582
+  _globals['_RELEASEREQUEST']._serialized_start=1584
+  _globals['_RELEASEREQUEST']._serialized_end=1621
+  _globals['_RELEASERESPONSE']._serialized_start=1623
+  _globals['_RELEASERESPONSE']._serialized_end=1662
+  _globals['_GETINFOREQUEST']._serialized_start=1664
+  _globals['_GETINFOREQUEST']._serialized_end=1680
+  _globals['_TARGETINFO']._serialized_start=1683
+  _globals['_TARGETINFO']._serialized_end=2009
+  _globals['_TARGETMODEL']._serialized_start=2012
+  _globals['_TARGETMODEL']._serialized_end=2640
 # @@protoc_insertion_point(module_scope)

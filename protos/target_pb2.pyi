@@ -37,7 +37,7 @@ class SamplingConfig(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., logit_bias: _Optional[_Mapping[int, float]] = ...) -> None: ...
 
 class ForwardItem(_message.Message):
-    __slots__ = ("request_id", "token_ids", "start_pos", "new_slots", "sample", "sampling", "scored_ids")
+    __slots__ = ("request_id", "token_ids", "start_pos", "new_slots", "sample", "sampling", "scored_ids", "allowed_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     START_POS_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class ForwardItem(_message.Message):
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     SCORED_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     start_pos: int
@@ -52,7 +53,8 @@ class ForwardItem(_message.Message):
     sample: bool
     sampling: SamplingConfig
     scored_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., start_pos: _Optional[int] = ..., new_slots: _Optional[_Iterable[int]] = ..., sample: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., scored_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    allowed_tokens: bytes
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., start_pos: _Optional[int] = ..., new_slots: _Optional[_Iterable[int]] = ..., sample: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingConfig, _Mapping]] = ..., scored_ids: _Optional[_Iterable[int]] = ..., allowed_tokens: _Optional[bytes] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
     __slots__ = ("items", "decode_steps")
@@ -87,20 +89,22 @@ class ForwardResponse(_message.Message):
     def __init__(self, next_token_ids: _Optional[_Iterable[int]] = ..., forward_ms: _Optional[float] = ..., device_ms: _Optional[float] = ..., logprobs: _Optional[_Iterable[_Union[Logprobs, _Mapping]]] = ..., scored: _Optional[_Iterable[_Union[Logprobs, _Mapping]]] = ...) -> None: ...
 
 class VerifyItem(_message.Message):
-    __slots__ = ("request_id", "start_pos", "token_ids", "parent_indices", "new_slots", "return_hidden")
+    __slots__ = ("request_id", "start_pos", "token_ids", "parent_indices", "new_slots", "return_hidden", "allowed_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     START_POS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PARENT_INDICES_FIELD_NUMBER: _ClassVar[int]
     NEW_SLOTS_FIELD_NUMBER: _ClassVar[int]
     RETURN_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     start_pos: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     parent_indices: _containers.RepeatedScalarFieldContainer[int]
     new_slots: _containers.RepeatedScalarFieldContainer[int]
     return_hidden: bool
-    def __init__(self, request_id: _Optional[str] = ..., start_pos: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., parent_indices: _Optional[_Iterable[int]] = ..., new_slots: _Optional[_Iterable[int]] = ..., return_hidden: _Optional[bool] = ...) -> None: ...
+    allowed_tokens: bytes
+    def __init__(self, request_id: _Optional[str] = ..., start_pos: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., parent_indices: _Optional[_Iterable[int]] = ..., new_slots: _Optional[_Iterable[int]] = ..., return_hidden: _Optional[bool] = ..., allowed_tokens: _Optional[bytes] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("items",)

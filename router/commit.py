@@ -103,6 +103,8 @@ class Commit:
             attach_scores(item, req)
         req.first_token = req.first_token or now
         req.output_ids += committed.token_ids
+        if req.constraint is not None:  # structured output's grammar follows the text
+            req.constraint.advance(committed.token_ids)
         telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         if req.options.logprobs and logprobs is not None:
             self.speller.fill(item.logprobs, logprobs, committed.token_ids)

@@ -23,6 +23,8 @@ def forward_item(
         sample=sample,
         scored_ids=scored_ids(req, start, num_tokens),  # the prompt's scores, where asked
     )
+    if sample and req.constraint is not None:  # structured output: what the grammar allows
+        item.allowed_tokens = req.constraint.mask()
     if req.num_sent_slots == 0:
         o = req.options
         item.sampling.CopyFrom(

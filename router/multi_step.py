@@ -11,8 +11,9 @@ request overshoots its length) and its room in the context. K is 1 (an ordinary 
 
 * a draft tree is verified this step, a prompt is prefilling (this step or waiting for room
   in it), so a new arrival waits at most one multi-step Forward for its prefill;
-* a request has presence or frequency penalties (the target records their counts per step)
-  or a logit_bias (the target's multi-step graphs change no logits);
+* a request has presence or frequency penalties (the target records their counts per step),
+  a logit_bias or structured output (the target's multi-step graphs change no logits, and
+  each step's allowed tokens depend on the last);
 * under ``--kv-policy retract``, the K slots per request are not free.
 
 The K tokens of a request go through the stop rules one by one (router/output.py): the first
@@ -52,8 +53,8 @@ class MultiStep:
         if any(r.is_prefilling for r in scheduler.running):
             return 1
         reqs = [p.req for p in plan]
-        if not all(recomputable(r) and not r.options.logit_bias for r in reqs):
-            return 1  # penalties and logit_bias: one step at a time
+        if not all(recomputable(r) and not (r.options.logit_bias or r.constraint) for r in reqs):
+            return 1  # penalties, logit_bias and structured output: one step at a time
         max_context = scheduler.spec.max_context
         steps = min(
             self.max_steps,

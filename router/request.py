@@ -79,6 +79,8 @@ class Request:
     # The prompt's scores (SamplingParams.prompt_logprobs): entries for positions 1.. in order,
     # sent with the first stream item.
     prompt_scores: list = field(default_factory=list)
+    # Structured output's grammar state (router/structured_output.py); None: unconstrained.
+    constraint: Any = None
     abort_requested: bool = False
     finished: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)

@@ -15,6 +15,7 @@ from router.output import coalesce
 from router.request import TRACE_HEADERS, Request
 from router.scheduler import Scheduler
 from router.strict_parse import Unparsable
+from router.structured_output import structured_constraint
 from router.validation import Limits, prompt_ids, sampling_options
 
 _STATUS = {
@@ -117,6 +118,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
         check_prompt_len(len(ids), self.admit)
         options = sampling_options(request, len(ids), self.limits)
+        constraint = structured_constraint(request.sampling, options, self.scheduler.tokenizer)
         kv = self.scheduler.kv
         needed = kv.slots_needed(len(ids), options.max_new_tokens)
         if needed > kv.num_total:
@@ -126,7 +128,10 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             )
         speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None
         request_id = request.request_id or uuid.uuid4().hex
-        return Request(request_id, ids, options, speculate, trace_context=trace_context or {})
+        return Request(
+            request_id, ids, options, speculate, trace_context=trace_context or {},
+            constraint=constraint,
+        )  # fmt: skip
 
 
 def _trace_context(context: grpc.aio.ServicerContext) -> dict[str, str]:

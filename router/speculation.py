@@ -209,6 +209,8 @@ class Speculation:
             new_slots=req.slots[req.num_sent_slots :],
             return_hidden=bool(req.replica.info and req.replica.info.needs_hidden),
         )
+        if req.constraint is not None:  # structured output: each node's allowed tokens
+            item.allowed_tokens = req.constraint.tree_masks(tokens, parents)
         req.num_sent_slots = len(req.slots)
         return item
 

@@ -125,6 +125,11 @@ class Tokenizer:
             return bytes(_ALPHABET_BYTES[char] for char in spelling)
         return self.decode([token_id]).encode()
 
+    def special_token_ids(self) -> list[int]:
+        """Ids of the vocabulary's special tokens (BOS, EOS, chat and other control tokens)."""
+        added = self._backend.get_added_tokens_decoder()
+        return sorted(i for i, token in added.items() if token.special)
+
     def _special_token_strings(self) -> dict[str, str]:
         named = {"bos_token": self.bos_token_id}
         if self.eos_token_ids:

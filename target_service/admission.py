@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from target_service.errors import InvalidStep, UnknownRequest
 from target_service.request_table import RequestState, RequestTable, SamplingSpec
+from target_service.token_masks import check_mask
 from target_service.tree_batch import check_tree
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit for top_logprobs (target_service/logprobs.py)
@@ -26,6 +27,7 @@ class StepItem:
     sample: bool = True
     sampling: SamplingSpec | None = None
     scored_ids: list[int] = field(default_factory=list)  # prompt_scores.py
+    allowed_tokens: bytes = b""  # structured output's mask for the sampled token (token_masks.py)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class VerifyItem:
     parents: list[int]
     new_slots: list[int] = field(default_factory=list)
     return_hidden: bool = False
+    allowed_tokens: bytes = b""  # a mask per node, node-major (token_masks.py)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,11 @@ def _check_item(
     if any(not 0 <= t < vocab for t in item.token_ids):
         raise InvalidStep(f"request {item.request_id!r}: token id outside [0, {vocab})")
     _check_scored(item, vocab)
+    check_mask(item.request_id, item.allowed_tokens, vocab)
+    if item.allowed_tokens and not (item.sample and decode_steps == 1):
+        raise InvalidStep(
+            f"request {item.request_id!r}: allowed_tokens needs sample = true and decode_steps 1"
+        )
     if decode_steps > 1:
         _check_multi_step(limits, item, state, decode_steps)
     table_len = (state.table_len if state else 0) + len(item.new_slots)
@@ -173,6 +181,7 @@ def admit_trees(
         raise InvalidStep(f"trees exceed max_batch_tokens {limits.max_batch_tokens}")
     for item in items:  # the trees' own shape first: it needs no state
         check_tree(item.request_id, item.token_ids, item.parents, limits.vocab_size)
+        check_mask(item.request_id, item.allowed_tokens, limits.vocab_size, len(item.token_ids))
         if len(item.token_ids) > limits.max_tree_tokens:
             raise InvalidStep(
                 f"request {item.request_id!r}: a tree of {len(item.token_ids)} nodes exceeds the "

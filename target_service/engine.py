@@ -12,7 +12,7 @@ from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
 from model_runtime.sampling import SamplingTensors, sample, sample_greedy_or_drawn
-from target_service import penalties
+from target_service import penalties, token_masks
 from target_service.admission import StepItem, StepLimits, VerifyItem, admit_step, admit_trees
 from target_service.config import TargetConfig
 from target_service.device_batch import DeviceBatch, build_device_batch
@@ -67,14 +67,16 @@ class TargetEngine:
         batch = build_device_batch(items, states, self.device)
         scores = plan_scores(items, states, self.device)  # prompt log-probabilities
         scored = None
+        masks = [it.allowed_tokens for it in items if it.sample]  # structured output's
+        eager = scores or token_masks.any_masked(masks)
         with torch.inference_mode():
-            on_device = None if scores else self._decoded_on_device(batch, states, decode_steps)
+            on_device = None if eager else self._decoded_on_device(batch, states, decode_steps)
             if on_device is not None:
                 next_ids, logprobs = self._read_decoded(batch, states, on_device)
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
-                    next_ids, logprobs, scored = self._run(batch, sampled, scores)
+                    next_ids, logprobs, scored = self._run(batch, sampled, scores, masks)
         wall_ms = (time.perf_counter() - started) * 1e3
         return StepResult(next_ids, wall_ms, self.clock.take_ms(), logprobs, scored)
 
@@ -118,7 +120,8 @@ class TargetEngine:
             [it.start_pos for it in items],
         )
         tops = asked_tops(states)
-        if self._fits_verify_graphs(states, trees):
+        masked = token_masks.any_masked([it.allowed_tokens for it in items])
+        if not masked and self._fits_verify_graphs(states, trees):
             assert self.verify_graphs is not None
             with torch.inference_mode():
                 out = self.verify_graphs.run(trees, [it.return_hidden for it in items], tops)
@@ -148,8 +151,12 @@ class TargetEngine:
                 any(it.return_hidden for it in items),
                 paged=self.paged,
                 logprobs=logprobs,
-                penalize=lambda logits, layout: penalties.penalize_tree(
-                    logits, states, trees.tokens, trees.valid, layout.ancestors
+                penalize=lambda logits, layout: token_masks.restrict_tree(
+                    penalties.penalize_tree(
+                        logits, states, trees.tokens, trees.valid, layout.ancestors
+                    ),
+                    [it.allowed_tokens for it in items],
+                    [len(it.token_ids) for it in items],
                 ),
             )
             penalties.record(states, out.token_ids, self.model_config.vocab_size, self.device)
@@ -189,16 +196,21 @@ class TargetEngine:
     # ---- the step -----------------------------------------------------------------------
 
     def _run(
-        self, batch: DeviceBatch, sampled: list[RequestState], scores: ScorePlan | None
+        self,
+        batch: DeviceBatch,
+        sampled: list[RequestState],
+        scores: ScorePlan | None,
+        masks: list[bytes],
     ) -> tuple[list[int], Answers, Answers]:
-        """The eager step: next ids of the sampled items, the logprobs of those whose request
-        asked, from the step's own logits (before penalties), and the items' prompt scores."""
+        """The eager step: next ids of the sampled items (penalised, and masked where
+        structured output sent ``masks``), the logprobs of those whose request asked, from
+        the step's own logits (before penalties), and the items' prompt scores."""
         hidden = self._forward_tokens(batch)
         packed_scores = score_pass(self.model, hidden, scores) if scores else None
         if not sampled:
             return [], None, read_scores(packed_scores, scores)
         raw = self.model.logits(hidden[batch.sample_index])
-        logits = penalties.penalize(raw, sampled)
+        logits = token_masks.restrict(penalties.penalize(raw, sampled), masks)
         params = sampling_tensors(sampled, batch.positions[batch.sample_index] + 1, self.device)
         ids = sample(logits, params)
         tops = asked_tops(sampled)

@@ -35,7 +35,7 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
         )  # fmt: skip
     return StepItem(
         pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling,
-        list(pb.scored_ids),
+        list(pb.scored_ids), pb.allowed_tokens,
     )  # fmt: skip
 
 
@@ -87,6 +87,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
                 list(it.parent_indices),
                 list(it.new_slots),
                 it.return_hidden,
+                it.allowed_tokens,
             )
             for it in request.items
         ]

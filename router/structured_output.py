@@ -1,0 +1,191 @@
+"""Structured output, the router's side: each constrained request's grammar state, and the
+allowed-token masks it sends the target (target_service/token_masks.py applies them).
+
+A format (JSON Schema, any JSON object, a regular expression, a Lark or GBNF grammar, a
+choice of strings) compiles to an llguidance grammar once per request, when it is validated;
+a bad one is refused with llguidance's own message. The request's matcher then follows its
+committed tokens: every position the target samples gets the mask of the tokens the grammar
+allows there, and a draft tree gets one mask per node, the grammar's state after the node's
+path (found by walking the tree with the matcher and rolling back), so a verified position is
+masked exactly as sequential decoding would mask it. A draft token the grammar forbids can
+never be accepted, and nothing follows an EOS, so the subtrees under them are not walked:
+their nodes get their parent's mask, a stand-in for rows nothing will read.
+
+JSON is written compactly by default (``", "`` and ``": "`` between items, no other
+whitespace) unless the schema's ``x-guidance`` says otherwise: a small model given free
+whitespace can spend its whole length on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import llguidance
+
+from protos import generation_pb2
+from router.errors import InvalidRequest
+from router.request import SamplingOptions
+from router.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+log = logging.getLogger(__name__)
+
+JSON_DEFAULTS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
+MAX_CHOICES = 256
+
+
+@dataclass(frozen=True)
+class Format:
+    """A validated format: its kind (the oneof's field name) and llguidance grammar."""
+
+    kind: str
+    grammar: str
+
+
+def structured_constraint(
+    sampling: generation_pb2.SamplingParams, options: SamplingOptions, tokenizer: Tokenizer
+) -> Constraint | None:
+    """A new request's grammar state, or None when it asked for no format."""
+    fmt = compile_format(sampling.structured_output, tokenizer)
+    if fmt is None:
+        return None
+    if options.ignore_eos:
+        raise InvalidRequest(
+            "structured_output cannot be combined with ignore_eos: a format ends at EOS"
+        )
+    return Constraint(fmt, tokenizer)
+
+
+def compile_format(spec: generation_pb2.StructuredOutput, tokenizer: Tokenizer) -> Format | None:
+    """The request's format, checked against the model's vocabulary; None when unset."""
+    kind = spec.WhichOneof("format")
+    if kind is None:
+        return None
+    try:
+        grammar = _grammar(spec, kind)
+    except ValueError as err:
+        raise InvalidRequest(f"structured_output.{kind}: {err}") from err
+    error = llguidance.LLMatcher.validate_grammar(grammar, _ll_tokenizer(tokenizer))
+    if error:
+        raise InvalidRequest(f"structured_output.{kind}: {error}")
+    return Format(kind, grammar)
+
+
+def _grammar(spec: generation_pb2.StructuredOutput, kind: str) -> str:
+    matcher = llguidance.LLMatcher
+    if kind == "json_schema":
+        return matcher.grammar_from_json_schema(_schema_object(spec.json_schema), JSON_DEFAULTS)
+    if kind == "json_object":
+        if not spec.json_object:
+            raise ValueError("set it to true, or leave the format unset")
+        return matcher.grammar_from_json_schema({"type": "object"}, JSON_DEFAULTS)
+    if kind == "regex":
+        return matcher.grammar_from_regex(spec.regex)
+    if kind == "grammar":
+        return llguidance.grammar_from("grammar", spec.grammar)  # Lark, else GBNF
+    values = list(spec.choice.values)
+    if not values or len(values) > MAX_CHOICES or not all(values):
+        raise ValueError(f"needs 1 to {MAX_CHOICES} non-empty strings, got {len(values)}")
+    return llguidance.grammar_from("choice", json.dumps(values))
+
+
+def _schema_object(text: str) -> dict:
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON: {err}") from err
+    if not isinstance(schema, dict):
+        raise ValueError(f"a JSON Schema is an object, got {type(schema).__name__}")
+    return schema
+
+
+@lru_cache(maxsize=4)
+def _ll_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
+    """llguidance's view of the router's tokenizer: every id's bytes, the special ids, EOS
+    (built once per tokenizer: ~0.1 s for SmolLM2's 49,152 tokens)."""
+    return llguidance.LLTokenizer(
+        llguidance.TokenizerWrapper(_Vocabulary(tokenizer)),
+        n_vocab=tokenizer.vocab_size,
+        eos_token=list(tokenizer.eos_token_ids),
+    )
+
+
+class _Vocabulary:
+    """What llguidance's TokenizerWrapper reads off a tokenizer."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_ids[0]
+        self.bos_token_id = tokenizer.bos_token_id
+        self.tokens = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
+        self.special_token_ids = tokenizer.special_token_ids()
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+class Constraint:
+    """One request's grammar state, following its committed tokens."""
+
+    def __init__(self, fmt: Format, tokenizer: Tokenizer) -> None:
+        self.format = fmt
+        self._matcher = llguidance.LLMatcher(_ll_tokenizer(tokenizer), fmt.grammar)
+        self._words = (tokenizer.vocab_size + 31) // 32
+        self._eos = frozenset(tokenizer.eos_token_ids)
+
+    def mask(self) -> bytes:
+        """The tokens allowed next, as ForwardItem.allowed_tokens."""
+        return self._matcher.compute_bitmask()[: 4 * self._words]
+
+    def advance(self, token_ids: Sequence[int]) -> None:
+        """Follows committed tokens (each one the target drew under this state's mask)."""
+        if token_ids and not self._matcher.consume_tokens(list(token_ids)):
+            # The target masks every drawn token, so this means a bug; say so loudly.
+            log.error("structured output: committed tokens %s broke the grammar: %s",
+                      list(token_ids), self._matcher.get_error())  # fmt: skip
+
+    def tree_masks(self, tokens: Sequence[int], parents: Sequence[int]) -> bytes:
+        """One mask per node of a tree rooted at the last committed token, node-major
+        (VerifyItem.allowed_tokens): node i's is the state after the path root .. i."""
+        masks: list[bytes | None] = [None] * len(tokens)
+        masks[0] = self.mask()
+        children: list[list[int]] = [[] for _ in tokens]
+        for node in range(1, len(tokens)):
+            children[parents[node]].append(node)
+        self._walk(0, tokens, children, masks)
+        for node in range(1, len(tokens)):  # a forbidden token's subtree: its parent's mask
+            if masks[node] is None:
+                masks[node] = masks[parents[node]]
+        return b"".join(masks)  # type: ignore[arg-type]
+
+    def _walk(
+        self, node: int, tokens: Sequence[int], children: list[list[int]], masks: list
+    ) -> None:
+        if self._matcher.is_stopped():  # only EOS may follow, and it ends the request
+            return
+        for child in children[node]:
+            token = tokens[child]
+            if token in self._eos or not _allows(masks[node], token):
+                continue  # EOS ends the request; a forbidden token is never accepted
+            self._matcher.consume_token(token)
+            masks[child] = self.mask()
+            self._walk(child, tokens, children, masks)
+            self._matcher.rollback(1)
+
+
+def _allows(mask: bytes, token: int) -> bool:
+    byte = token >> 3
+    return byte < len(mask) and bool(mask[byte] >> (token & 7) & 1)
