@@ -11,9 +11,11 @@ masked exactly as sequential decoding would mask it. A draft token the grammar f
 never be accepted, and nothing follows an EOS, so the subtrees under them are not walked:
 their nodes get their parent's mask, a stand-in for rows nothing will read.
 
-JSON is written compactly by default (``", "`` and ``": "`` between items, no other
-whitespace) unless the schema's ``x-guidance`` says otherwise: a small model given free
-whitespace can spend its whole length on it.
+JSON keeps llguidance's defaults (whitespace between tokens is free; a schema's
+``x-guidance`` object may set ``whitespace_flexible``, ``item_separator`` and
+``key_separator``): the default model writes indented JSON, and with whitespace forced out it
+left its own distribution and looped (three prompts, 2026-12-04: one of three completed
+compact, two of three indented), so a mask changes only what the model would have broken.
 """
 
 from __future__ import annotations
@@ -37,11 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JSON_DEFAULTS: JsonCompileOptions = {
-    "whitespace_flexible": False,
-    "item_separator": ", ",
-    "key_separator": ": ",
-}
+JSON_DEFAULTS: JsonCompileOptions = {}  # llguidance's own
 MAX_CHOICES = 256
 
 

@@ -1,7 +1,7 @@
 """OpenAI request bodies turned into the router's own GenerateRequest.
 
-Only what the server can honour is accepted; a parameter it cannot (n > 1, logit_bias, tools)
-is refused with a 400 naming the parameter, never ignored.
+Only what the server can honour is accepted; a parameter it cannot (best_of > 1, tools,
+suffix) is refused with a 400 naming the parameter, never ignored.
 Values are then validated by the same code as the gRPC API (router.validation).
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 from protos import generation_pb2 as pb
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
+from router.openai_api.formats import set_format
 from router.validation import MAX_TOP_LOGPROBS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -143,9 +144,6 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
         raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
     if body.get("tools") or body.get("functions"):
         raise ApiError(400, "tools are not supported", "tools")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise ApiError(400, "response_format other than text is not supported", "response_format")
     if not chat and body.get("suffix"):
         raise ApiError(400, "suffix is not supported", "suffix")
 
@@ -239,6 +237,7 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
     s.stop_token_ids.extend(ids)
     s.ignore_eos = flag(body, "ignore_eos")
     _logit_bias(s, body.get("logit_bias"))
+    set_format(s, body)  # structured output (router/openai_api/formats.py)
 
 
 def _logit_bias(s: pb.SamplingParams, bias: Any) -> None:
