@@ -8,6 +8,7 @@ import sys
 
 import grpc
 
+from splitspec.formats import add_format_flags
 from splitspec.serve_cli import add_serve_parser
 from splitspec.serve_flags import ROUTER_PORT
 from splitspec.train_cli import add_train_parser
@@ -15,13 +16,14 @@ from splitspec.train_cli import add_train_parser
 
 def _generate(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, describe_rpc_error, print_generation
+    from splitspec.formats import structured_output
 
     speculate = None if args.speculate is None else args.speculate == "on"
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
-        prompt_logprobs=args.prompt_logprobs,
+        prompt_logprobs=args.prompt_logprobs, structured_output=structured_output(args),
     )  # fmt: skip
     try:
         print_generation(args.address, request)
@@ -62,6 +64,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                           help="sample from the k likeliest (0: off)")
     sampling.add_argument("--seed", type=int, default=None,
                           help="makes a sampled request reproducible")
+    add_format_flags(p)
     p.set_defaults(func=_generate)
 
 

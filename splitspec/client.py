@@ -107,6 +107,7 @@ def build_request(
     stop: Sequence[str] = (),
     top_logprobs: int | None = None,
     prompt_logprobs: bool = False,
+    structured_output: pb.StructuredOutput | None = None,
 ) -> pb.GenerateRequest:
     """``top_logprobs``: None, no logprobs; N >= 0, each token's and its N likeliest (the
     prompt's tokens' too with ``prompt_logprobs``)."""
@@ -126,6 +127,8 @@ def build_request(
         req.sampling.logprobs = True
         req.sampling.top_logprobs = top_logprobs
     req.sampling.prompt_logprobs = prompt_logprobs
+    if structured_output is not None:
+        req.sampling.structured_output.CopyFrom(structured_output)
     if speculate is not None:
         req.speculation.enabled = speculate
     return req

@@ -5,6 +5,7 @@ there."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import subprocess
@@ -131,3 +132,19 @@ def test_prompt_logprobs_print_the_prompts_tokens_and_its_perplexity(stack: Loca
     )[0]
     assert int(count) == len(table) and abs(float(total) - sum(values)) < 0.01
     assert math.isclose(float(perplexity), math.exp(-float(total) / len(table)), rel_tol=1e-3)
+
+
+def test_format_flags_shape_the_reply(stack: LocalStack, tmp_path: Path) -> None:
+    ask = [stack.router_address, "Pick one.", "--max-new-tokens", "24"]
+    assert reply_of(generate(*ask, "--choice", "alpha", "--choice", "beta")) in ("alpha", "beta")
+    assert re.fullmatch(r"[0-9]{3}", reply_of(generate(*ask, "--regex", "[0-9]{3}")))
+    schema = tmp_path / "schema.json"
+    # The tiny random model takes free whitespace forever: the schema turns it off.
+    schema.write_text('{"type": "object", "properties": {"ok": {"type": "boolean"}}, '
+                      '"required": ["ok"], "additionalProperties": false, '
+                      '"x-guidance": {"whitespace_flexible": false}}')  # fmt: skip
+    done = generate(*ask, "--json-schema", f"@{schema}")
+    assert "finish eos" in done.stdout and set(json.loads(reply_of(done))) == {"ok"}
+    refused = generate(*ask, "--regex", "((")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().startswith("error: INVALID_ARGUMENT: structured_output.regex: ")

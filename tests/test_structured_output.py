@@ -47,7 +47,10 @@ def test_a_choice_allows_its_strings_then_only_eos(tokenizer: Tokenizer) -> None
     assert allowed(c.mask(), tokenizer.vocab_size) == list(tokenizer.eos_token_ids)
 
 
-@pytest.mark.parametrize("text", ['{"name": "Ada", "age": 36}', '{\n  "name": "Ada",\n  "age": 36\n}'])
+COMPACT, INDENTED = '{"name": "Ada", "age": 36}', '{\n  "name": "Ada",\n  "age": 36\n}'
+
+
+@pytest.mark.parametrize("text", [COMPACT, INDENTED])
 def test_json_follows_the_schema_in_any_layout(tokenizer: Tokenizer, text: str) -> None:
     c = constraint(tokenizer, json_schema=SCHEMA)
     for token in tokenizer.encode(text, add_special_tokens=False):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from target_service import token_masks
-from target_service.engine import StepItem, TargetEngine, VerifyItem
+from target_service.engine import StepItem, VerifyItem
 from target_service.errors import InvalidStep
 from target_service.request_table import SamplingSpec
 from tests.test_logit_bias_engine import PLAIN, greedy
