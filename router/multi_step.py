@@ -11,8 +11,9 @@ request overshoots its length) and its room in the context. K is 1 (an ordinary 
 
 * a draft tree is verified this step, a prompt is prefilling (this step or waiting for room
   in it), so a new arrival waits at most one multi-step Forward for its prefill;
-* a request has presence or frequency penalties (the target records their counts per step)
-  or a logit_bias (the target's multi-step graphs change no logits);
+* a request has presence or frequency penalties (the target records their counts per step),
+  a logit_bias or a repetition_penalty, or min_tokens still bans its ids (the target's
+  multi-step graphs change no logits);
 * under ``--kv-policy retract``, the K slots per request are not free.
 
 The K tokens of a request go through the stop rules one by one (router/output.py): the first
@@ -52,8 +53,8 @@ class MultiStep:
         if any(r.is_prefilling for r in scheduler.running):
             return 1
         reqs = [p.req for p in plan]
-        if not all(recomputable(r) and not r.options.logit_bias for r in reqs):
-            return 1  # penalties and logit_bias: one step at a time
+        if not all(recomputable(r) and not _changes_logits(r) for r in reqs):
+            return 1  # penalties, logit_bias, a binding min_tokens: one step at a time
         max_context = scheduler.spec.max_context
         steps = min(
             self.max_steps,
@@ -64,6 +65,11 @@ class MultiStep:
             return 1
         self.num_forwards += steps > 1
         return max(1, steps)
+
+
+def _changes_logits(req: Request) -> bool:
+    o = req.options
+    return bool(o.logit_bias) or o.repetition_penalty != 1.0 or req.min_tokens_binds
 
 
 def _short_of_slots(kv: KVManager, reqs: list[Request], steps: int) -> bool:
