@@ -74,20 +74,23 @@ def is_json_object(text: str) -> bool:
 
 
 def summarize(results: dict[str, list[GenerationResult]]) -> dict:
-    rows = {}
-    for name, runs in results.items():
-        tokens = sum(len(r.token_ids) for r in runs)
-        seconds = sum(r.seconds for r in runs)
-        accepted = [r.final.speculation.mean_acceptance_length for r in runs if r.final]
-        rows[name] = {
-            "tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
-            "mean_acceptance_length": sum(accepted) / max(1, len(accepted)),
-            "json_objects": f"{sum(is_json_object(r.text) for r in runs)}/{len(runs)}",
-            "ended_at_eos": sum(r.final.finish_reason == pb.FINISH_REASON_EOS for r in runs),
-        }  # fmt: skip
+    rows = {name: arm_row(runs) for name, runs in results.items()}
     for name, row in rows.items():
         row["ratio_to_free"] = row["tok_s"] / rows[name.rsplit("_", 1)[0] + "_free"]["tok_s"]
     return rows
+
+
+def arm_row(runs: list[GenerationResult]) -> dict:
+    tokens = sum(len(r.token_ids) for r in runs)
+    seconds = sum(r.seconds for r in runs)
+    finals = [r.final for r in runs if r.final is not None]
+    accepted = [f.speculation.mean_acceptance_length for f in finals]
+    return {
+        "tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
+        "mean_acceptance_length": sum(accepted) / max(1, len(accepted)),
+        "json_objects": f"{sum(is_json_object(r.text) for r in runs)}/{len(runs)}",
+        "ended_at_eos": sum(f.finish_reason == pb.FINISH_REASON_EOS for f in finals),
+    }  # fmt: skip
 
 
 def main() -> None:

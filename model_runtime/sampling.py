@@ -1,4 +1,5 @@
-"""Batched sampling: greedy, temperature, top-k, top-p, with counter-based seeded randomness.
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, with counter-based seeded
+randomness.
 
 Randomness is a hash of (seed, position, salt), not a stateful generator: a request's draws
 do not depend on which other requests share its batch, need no per-request generator object
@@ -23,6 +24,7 @@ class SamplingTensors:
     top_k: torch.Tensor  # int64; 0 means off
     seed: torch.Tensor  # int64
     position: torch.Tensor  # int64: context position of the token being drawn
+    min_p: torch.Tensor  # float32 in [0, 1]; 0 means off
 
     @property
     def all_greedy(self) -> bool:
@@ -53,7 +55,12 @@ def seeded_uniform(
 
 
 def filtered_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
-    """Target distribution after temperature, top-k and top-p. Greedy rows become one-hot."""
+    """Target distribution after temperature, top-k, top-p and min-p. Greedy rows become one-hot.
+
+    The three filters are one keep condition, each measured on the same temperature-scaled
+    distribution (not one after another's renormalisation): a token stays when it is among the
+    top_k, the mass before it is below top_p, and its probability is at least min_p times the
+    most likely token's (vLLM's min_p). The most likely token always stays."""
     temperature = params.temperature.clamp_min(1e-5)[:, None]
     probs = torch.softmax(logits / temperature, dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -62,6 +69,7 @@ def filtered_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tenso
     # Keep a token while the mass before it is below top_p: the smallest set reaching top_p.
     mass_before = sorted_probs.cumsum(-1) - sorted_probs
     keep = (rank < top_k) & (mass_before < params.top_p[:, None])
+    keep &= sorted_probs >= params.min_p[:, None] * sorted_probs[:, :1]
     sorted_probs = sorted_probs * keep
     probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     probs = probs / probs.sum(-1, keepdim=True)

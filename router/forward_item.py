@@ -26,13 +26,25 @@ def forward_item(
     if sample and req.constraint is not None:  # structured output: what the grammar allows
         item.allowed_tokens = req.constraint.mask()
     if req.num_sent_slots == 0:
-        o = req.options
-        item.sampling.CopyFrom(
-            target_pb2.SamplingConfig(
-                temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
-                presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
-                logprobs=o.logprobs, top_logprobs=o.top_logprobs, logit_bias=dict(o.logit_bias),
-            )
-        )
+        item.sampling.CopyFrom(sampling_config(req))
     req.num_sent_slots = len(req.slots)
     return item
+
+
+def sampling_config(req: Request) -> target_pb2.SamplingConfig:
+    """The request's sampling parameters as the target opens it. A re-opening (after a
+    retraction or a rebuilt table) states what the target's fresh state needs to go on
+    exactly: the whole context so far for repetition_penalty, the tokens min_tokens still owes."""
+    o = req.options
+    config = target_pb2.SamplingConfig(
+        temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed,
+        presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty,
+        logprobs=o.logprobs, top_logprobs=o.top_logprobs, logit_bias=dict(o.logit_bias),
+        min_p=o.min_p, repetition_penalty=o.repetition_penalty,
+    )  # fmt: skip
+    if o.repetition_penalty != 1.0:
+        config.repetition_context.extend(req.context_ids)
+    if req.min_tokens_binds:
+        config.min_tokens = o.min_tokens - len(req.output_ids)
+        config.min_tokens_banned_ids.extend(o.min_tokens_banned_ids)
+    return config

@@ -12,8 +12,9 @@ request overshoots its length) and its room in the context. K is 1 (an ordinary 
 * a draft tree is verified this step, a prompt is prefilling (this step or waiting for room
   in it), so a new arrival waits at most one multi-step Forward for its prefill;
 * a request has presence or frequency penalties (the target records their counts per step),
-  a logit_bias or structured output (the target's multi-step graphs change no logits, and
-  each step's allowed tokens depend on the last);
+  a logit_bias, a repetition_penalty, min_tokens while it still bans its ids, or structured
+  output (the target's multi-step graphs change no logits, and each step's allowed tokens
+  depend on the last);
 * under ``--kv-policy retract``, the K slots per request are not free.
 
 The K tokens of a request go through the stop rules one by one (router/output.py): the first
@@ -53,8 +54,8 @@ class MultiStep:
         if any(r.is_prefilling for r in scheduler.running):
             return 1
         reqs = [p.req for p in plan]
-        if not all(recomputable(r) and not (r.options.logit_bias or r.constraint) for r in reqs):
-            return 1  # penalties, logit_bias and structured output: one step at a time
+        if not all(recomputable(r) and not _changes_logits(r) for r in reqs):
+            return 1  # penalties, logit_bias, a binding min_tokens, structured output: one step
         max_context = scheduler.spec.max_context
         steps = min(
             self.max_steps,
@@ -65,6 +66,12 @@ class MultiStep:
             return 1
         self.num_forwards += steps > 1
         return max(1, steps)
+
+
+def _changes_logits(req: Request) -> bool:
+    o = req.options
+    binds = o.repetition_penalty != 1.0 or req.min_tokens_binds or req.constraint is not None
+    return bool(o.logit_bias) or binds
 
 
 def _short_of_slots(kv: KVManager, reqs: list[Request], steps: int) -> bool:

@@ -44,7 +44,8 @@ class OutputStream:
             if self._stopped_by_token(token, out):
                 out.text += self._flush()
                 break
-            pushed = self.stops.push(self.detokenizer.add([token]))
+            may_stop = self.num_tokens >= self.options.min_tokens  # vLLM's min_tokens
+            pushed = self.stops.push(self.detokenizer.add([token]), may_stop)
             out.text += pushed.text
             if pushed.stopped:
                 out.finish_reason, out.matched_stop = pb.FINISH_REASON_STOP, pushed.matched or ""

@@ -29,6 +29,11 @@ class SamplingOptions:
     top_logprobs: int = 0
     prompt_logprobs: bool = False  # score the prompt (router/prompt_scores.py)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), added before sampling
+    min_p: float = 0.0  # vLLM's, in [0, 1]; 0: off
+    repetition_penalty: float = 1.0  # HF/vLLM's, over prompt and completion; 1: off
+    min_tokens: int = 0  # no EOS, stop token or stop string before this many tokens
+    # What the target refuses until min_tokens: EOS (unless ignore_eos) and stop_token_ids
+    min_tokens_banned_ids: tuple[int, ...] = ()
 
 
 @dataclass(eq=False)
@@ -84,6 +89,12 @@ class Request:
     abort_requested: bool = False
     finished: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    @property
+    def min_tokens_binds(self) -> bool:
+        """Whether the target still refuses the min_tokens ids (then every step is eager)."""
+        o = self.options
+        return len(self.output_ids) < o.min_tokens and bool(o.min_tokens_banned_ids)
 
     @property
     def context_ids(self) -> list[int]:

@@ -19,7 +19,9 @@ for the slots the step will allocate; while they exceed what is free or evictabl
    the stream continue with no token repeated or lost.
 
 Requests with presence or frequency penalties are never retracted (the target's completion
-counts would not survive); they hold their whole reservation instead. A request is
+counts would not survive); they hold their whole reservation instead. repetition_penalty and
+min_tokens survive: re-opened, the target gets the whole context as the repetition context and
+the tokens min_tokens still owes (router/forward_item.py). A request is
 re-admitted only while every running request still has a block of room to grow, so a
 retraction is not undone at once. Retractions are counted in GetServerStatus
 (``num_retractions``) and /metrics (``splitspec:num_preemptions_total``).

@@ -117,7 +117,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         check_fields(request, self.admit)
         ids = prompt_ids(request, self.scheduler.tokenizer, self.limits)
         check_prompt_len(len(ids), self.admit)
-        options = sampling_options(request, len(ids), self.limits)
+        eos_ids = self.scheduler.tokenizer.eos_token_ids
+        options = sampling_options(request, len(ids), self.limits, eos_ids)
         constraint = structured_constraint(request.sampling, options, self.scheduler.tokenizer)
         kv = self.scheduler.kv
         needed = kv.slots_needed(len(ids), options.max_new_tokens)

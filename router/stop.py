@@ -45,12 +45,14 @@ class StopMatcher:
         """Whether a stop string has matched."""
         return self._matched is not None
 
-    def push(self, new_text: str) -> StopResult:
-        """Feed the next piece of text; see `StopResult`."""
+    def push(self, new_text: str, may_stop: bool = True) -> StopResult:
+        """Feed the next piece of text; see `StopResult`. ``may_stop`` False (min_tokens not
+        reached): a complete match passes through as text; a partial one at the end is still
+        held, so a stop string that completes once stopping is allowed is found."""
         if self._matched is not None:
             return StopResult("", True, self._matched)
         text = self._held + new_text
-        match = self._first_match(text)
+        match = self._first_match(text) if may_stop else None
         if match is not None:
             start, self._matched = match
             self._held = ""

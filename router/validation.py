@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protos import generation_pb2
@@ -59,8 +60,12 @@ def _chat_ids(request: generation_pb2.GenerateRequest, tokenizer: Tokenizer) -> 
 
 
 def sampling_options(
-    request: generation_pb2.GenerateRequest, prompt_len: int, limits: Limits
+    request: generation_pb2.GenerateRequest,
+    prompt_len: int,
+    limits: Limits,
+    eos_token_ids: Sequence[int] = (),
 ) -> SamplingOptions:
+    """``eos_token_ids``: the tokenizer's, which min_tokens keeps from being sampled."""
     s = request.sampling
     max_new = _max_new_tokens(s, prompt_len, limits)
     temperature = s.temperature if s.HasField("temperature") else 1.0
@@ -83,11 +88,29 @@ def sampling_options(
     seed = s.seed if s.HasField("seed") else secrets.randbits(63)
     presence, frequency = _penalties(s)
     logprobs, top_logprobs, prompt_logprobs = _logprobs(s)
+    min_p, repetition, min_tokens = _vllm_extras(s, max_new)
+    banned = (*([] if s.ignore_eos else eos_token_ids), *sorted(stop_ids)) if min_tokens else ()
     return SamplingOptions(
         max_new, temperature, top_p, top_k, seed, tuple(s.stop), stop_ids, s.ignore_eos,
         presence, frequency, logprobs, top_logprobs, prompt_logprobs,
-        _logit_bias(s, limits.vocab_size),
-    )
+        _logit_bias(s, limits.vocab_size), min_p, repetition, min_tokens,
+        tuple(dict.fromkeys(banned)),
+    )  # fmt: skip
+
+
+def _vllm_extras(s: generation_pb2.SamplingParams, max_new: int) -> tuple[float, float, int]:
+    """min_p, repetition_penalty and min_tokens, as vLLM takes them."""
+    min_p = s.min_p if s.HasField("min_p") else 0.0
+    if not 0 <= min_p <= 1:  # NaN fails too
+        raise InvalidRequest(f"min_p must be in [0, 1] (0 is off), got {min_p}")
+    repetition = s.repetition_penalty if s.HasField("repetition_penalty") else 1.0
+    if not 0 < repetition <= 2:
+        raise InvalidRequest(f"repetition_penalty must be in (0, 2] (1 is off), got {repetition}")
+    # Against the max_new_tokens asked for (the context's room may cut it shorter: LENGTH).
+    limit = s.max_new_tokens if s.HasField("max_new_tokens") else max_new
+    if s.min_tokens > limit:
+        raise InvalidRequest(f"min_tokens {s.min_tokens} exceeds max_new_tokens {limit}")
+    return min_p, repetition, s.min_tokens
 
 
 def _penalties(s: generation_pb2.SamplingParams) -> tuple[float, float]:

@@ -23,7 +23,9 @@ def _generate(args: argparse.Namespace) -> int:
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
-        prompt_logprobs=args.prompt_logprobs, structured_output=structured_output(args),
+        prompt_logprobs=args.prompt_logprobs, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, min_tokens=args.min_tokens,
+        structured_output=structured_output(args),
     )  # fmt: skip
     try:
         print_generation(args.address, request)
@@ -62,6 +64,14 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
     sampling.add_argument("--top-k", type=int, default=0,
                           help="sample from the k likeliest (0: off)")
+    sampling.add_argument("--min-p", type=float, default=0.0,
+                          help="drop tokens under this share of the likeliest's probability "
+                               "(0: off)")
+    sampling.add_argument("--repetition-penalty", type=float, default=1.0,
+                          help="HF's, over the prompt and the reply, in (0, 2] (1: off)")
+    sampling.add_argument("--min-tokens", type=int, default=0,
+                          help="no end of sequence, stop token or stop text before this many "
+                               "tokens")
     sampling.add_argument("--seed", type=int, default=None,
                           help="makes a sampled request reproducible")
     add_format_flags(p)

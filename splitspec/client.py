@@ -107,6 +107,9 @@ def build_request(
     stop: Sequence[str] = (),
     top_logprobs: int | None = None,
     prompt_logprobs: bool = False,
+    min_p: float = 0.0,
+    repetition_penalty: float = 1.0,
+    min_tokens: int = 0,
     structured_output: pb.StructuredOutput | None = None,
 ) -> pb.GenerateRequest:
     """``top_logprobs``: None, no logprobs; N >= 0, each token's and its N likeliest (the
@@ -121,6 +124,9 @@ def build_request(
     req.sampling.top_p = top_p
     req.sampling.top_k = top_k
     req.sampling.stop.extend(stop)
+    req.sampling.min_p = min_p
+    req.sampling.repetition_penalty = repetition_penalty
+    req.sampling.min_tokens = min_tokens
     if seed is not None:
         req.sampling.seed = seed
     if top_logprobs is not None:

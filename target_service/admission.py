@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from target_service.errors import InvalidStep, UnknownRequest
+from target_service.penalties import has_penalty
 from target_service.request_table import RequestState, RequestTable, SamplingSpec
 from target_service.token_masks import check_mask
 from target_service.tree_batch import check_tree
@@ -87,6 +88,23 @@ def _check_new(item: StepItem, vocab: int) -> None:
             f"request {item.request_id!r}: top_logprobs {item.sampling.top_logprobs} exceeds "
             f"{MAX_TOP_LOGPROBS}"
         )
+    _check_sampling_rules(item.request_id, item.sampling, vocab)
+
+
+def _check_sampling_rules(request_id: str, spec: SamplingSpec, vocab: int) -> None:
+    """min_p, repetition_penalty and min_tokens' ids: values the math is defined for."""
+    if not 0 <= spec.min_p <= 1:  # NaN fails too
+        raise InvalidStep(f"request {request_id!r}: min_p must be in [0, 1], got {spec.min_p}")
+    if not 0 < spec.repetition_penalty < float("inf"):
+        raise InvalidStep(
+            f"request {request_id!r}: repetition_penalty must be > 0, got {spec.repetition_penalty}"
+        )
+    ids = (*spec.repetition_context, *spec.min_tokens_banned_ids)
+    if any(not 0 <= t < vocab for t in ids):
+        raise InvalidStep(
+            f"request {request_id!r}: repetition_context and min_tokens_banned_ids need token "
+            f"ids in [0, {vocab})"
+        )
 
 
 def _check_step_shape(limits: StepLimits, items: list[StepItem]) -> None:
@@ -161,11 +179,11 @@ def _check_multi_step(
             f"sample = true and no scored ids, got {len(item.token_ids)} tokens, sample = "
             f"{item.sample}, {len(item.scored_ids)} scored ids"
         )
-    spec = state.sampling if state is not None else item.sampling
-    if spec is not None and (spec.presence_penalty or spec.frequency_penalty or spec.logit_bias):
+    probe = state or (RequestState(0, 0, item.sampling) if item.sampling else None)
+    if probe is not None and has_penalty(probe):
         raise InvalidStep(
-            f"request {item.request_id!r}: presence/frequency penalties and logit_bias need "
-            "decode_steps 1"
+            f"request {item.request_id!r}: penalties and logit_bias need decode_steps 1 "
+            "(presence/frequency, repetition_penalty, min_tokens until met)"
         )
 
 

@@ -59,6 +59,7 @@ class DecodeBuffers:
     top_p: torch.Tensor  # float32
     top_k: torch.Tensor  # long
     seed: torch.Tensor  # long
+    min_p: torch.Tensor  # float32; 0: off
     next_ids: torch.Tensor  # long: output
 
     @staticmethod
@@ -82,6 +83,7 @@ class DecodeBuffers:
             top_p=torch.ones(max_batch, device=device),
             top_k=longs(max_batch),
             seed=longs(max_batch),
+            min_p=torch.zeros(max_batch, device=device),
             next_ids=longs(max_batch),
         )
 
@@ -185,6 +187,7 @@ class DecodeGraphRunner:
             buf.top_k[:batch],
             buf.seed[:batch],
             positions + 1,
+            buf.min_p[:batch],
         )
         buf.next_ids[:batch].copy_(sample_greedy_or_drawn(logits, params))
 
@@ -227,6 +230,7 @@ class DecodeGraphRunner:
             (buf.top_p, s.top_p),
             (buf.top_k, s.top_k),
             (buf.seed, s.seed),
+            (buf.min_p, s.min_p),
         ):
             dst[:num_req].copy_(src)
 
@@ -263,3 +267,4 @@ class DecodeGraphRunner:
         buf.temperature[rows].zero_()
         buf.top_p[rows].fill_(1.0)
         buf.top_k[rows].zero_()
+        buf.min_p[rows].zero_()

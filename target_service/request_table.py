@@ -25,6 +25,14 @@ class SamplingSpec:
     logprobs: bool = False  # report committed tokens' log-probabilities (logprobs.py)
     top_logprobs: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias): added before sampling
+    min_p: float = 0.0  # vLLM's, in [0, 1]; 0: off (model_runtime/sampling.filtered_probs)
+    # HF/vLLM's, over the prompt and the completion (target_service.penalties); 1: off
+    repetition_penalty: float = 1.0
+    repetition_context: tuple[int, ...] = ()  # the router's context ids at opening
+    # Ids refused while fewer than min_tokens tokens were sampled since opening (the router
+    # sends what the completion still owes: min_tokens minus its tokens so far)
+    min_tokens: int = 0
+    min_tokens_banned_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -34,6 +42,8 @@ class RequestState:
     sampling: SamplingSpec
     counts: torch.Tensor | None = None  # [V] completion token counts, for penalties only
     bias: torch.Tensor | None = None  # [V] logit_bias, dense, built on first use (penalties.py)
+    seen: torch.Tensor | None = None  # [V] bool: in the context, for repetition_penalty only
+    num_sampled: int = 0  # tokens sampled since opening, counted while min_tokens may bind
 
 
 class RequestTable:

@@ -23,7 +23,9 @@ def sampling_tensors(
 ) -> SamplingTensors:
     """``positions``: where each request's draw is keyed (its seed and the sampled position)."""
     specs = [s.sampling for s in states]
-    floats = torch.tensor([[s.temperature, s.top_p] for s in specs], dtype=torch.float32)
+    floats = torch.tensor([[s.temperature, s.top_p, s.min_p] for s in specs], dtype=torch.float32)
     ints = torch.tensor([[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64)
     floats, ints = floats.to(device), ints.to(device)
-    return SamplingTensors(floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions)
+    return SamplingTensors(
+        floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions, floats[:, 2]
+    )

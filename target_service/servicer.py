@@ -32,6 +32,11 @@ def item_from_pb(pb: target_pb2.ForwardItem) -> StepItem:
         sampling = SamplingSpec(
             s.temperature, s.top_p, s.top_k, s.seed, s.presence_penalty, s.frequency_penalty,
             s.logprobs, s.top_logprobs, tuple(sorted(s.logit_bias.items())),
+            min_p=s.min_p,
+            repetition_penalty=s.repetition_penalty or 1.0,  # unset (0): off
+            repetition_context=tuple(s.repetition_context),
+            min_tokens=s.min_tokens,
+            min_tokens_banned_ids=tuple(s.min_tokens_banned_ids),
         )  # fmt: skip
     return StepItem(
         pb.request_id, list(pb.token_ids), pb.start_pos, list(pb.new_slots), pb.sample, sampling,

@@ -8,7 +8,7 @@ accepted path's KV and hidden rows move into the committed positions in place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -97,7 +97,7 @@ def run_verify(
         logits[real] = model.logits(hidden)
     logits = logits.view(num_req, num_nodes, -1)
     raw = logits  # what logprobs report: before penalties
-    if penalize is not None:  # presence/frequency penalties, per node (target_service.penalties)
+    if penalize is not None:  # penalties, bans and biases per node (target_service.penalties)
         logits = penalize(logits, layout)
     accepted = _accept(trees, layout, logits, params, greedy)
     tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
@@ -152,10 +152,7 @@ def _accept(
         return by_argmax
     num_req, num_nodes, vocab = logits.shape
     per_node = SamplingTensors(
-        *(
-            t.repeat_interleave(num_nodes)
-            for t in (params.temperature, params.top_p, params.top_k, params.seed, params.position)
-        )
+        *(getattr(params, f.name).repeat_interleave(num_nodes) for f in fields(params))
     )
     probs = filtered_probs(logits.view(-1, vocab), per_node).view(num_req, num_nodes, vocab)
     salts = torch.cat(

@@ -28,6 +28,10 @@ from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fix
 
 PROMPTS = [[1, 5, 9, 200, 31], [7, 7, 3], [400, 12, 99, 5, 6, 8, 10], [42]]
 GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+SAMPLED = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
+# min_p rides in the graphs' static sampling buffers: these requests keep the graphs.
+MIN_P = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7, min_p=0.2), GREEDY,
+         SamplingSpec(1.5, 1.0, 0, 3, min_p=0.3)]  # fmt: skip
 NUM_SLOTS = 128
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -85,22 +89,29 @@ def test_context_buckets_cover_the_context() -> None:
 
 def test_runner_decodes_what_the_eager_step_decodes(engine_model_dir: Path) -> None:
     model = load_fp64(engine_model_dir)
-    specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     plain = make_engine(model, "float64", None)
     fixed = make_engine(model, "float64", False)
-    assert decode(plain, specs, 12) == decode(fixed, specs, 12)
+    assert decode(plain, SAMPLED, 12) == decode(fixed, SAMPLED, 12)
     torch.testing.assert_close(fixed.pools.hidden, plain.pools.hidden, rtol=0, atol=1e-10)
+
+
+def test_runner_applies_min_p_as_the_eager_step_does(engine_model_dir: Path) -> None:
+    model = load_fp64(engine_model_dir)
+    plain = make_engine(model, "float64", None)
+    fixed = make_engine(model, "float64", False)
+    with_min_p = decode(plain, MIN_P, 12)
+    assert with_min_p == decode(fixed, MIN_P, 12)
+    assert with_min_p != decode(make_engine(model, "float64", None), SAMPLED, 12), "min_p is idle"
 
 
 def test_paged_runner_decodes_what_the_paged_eager_step_decodes(engine_model_dir: Path) -> None:
     """The runner's body on the paged backend (Triton's interpreter on CPU): same tokens."""
     skip_without_paged_backend()
     model = load_copy(engine_model_dir, "cpu", torch.float32)
-    specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     plain = make_engine(model, "float32", None, attention="paged")
     fixed = make_engine(model, "float32", False, attention="paged")
     assert fixed.graphs is not None and fixed.graphs.table is not None
-    assert decode(plain, specs, 6) == decode(fixed, specs, 6)
+    assert decode(plain, SAMPLED, 6) == decode(fixed, SAMPLED, 6)
     torch.testing.assert_close(fixed.pools.hidden, plain.pools.hidden, rtol=0, atol=1e-6)
 
 
@@ -142,11 +153,34 @@ def test_graph_replay_is_bit_identical_to_the_eager_body(
     if variant == "paged-merged":
         merge_projections(model)
     attention = variant.removesuffix("-merged")
-    specs = [GREEDY, SamplingSpec(0.8, 0.9, 20, 7), GREEDY, SamplingSpec(1.0, 1.0, 0, 3)]
     eager = make_engine(model, dtype, False, "cuda", attention)
     replay = make_engine(model, dtype, True, "cuda", attention)
     assert replay.graphs is not None and replay.graphs.graphs
-    assert decode(eager, specs, 16) == decode(replay, specs, 16)
+    assert decode(eager, SAMPLED, 16) == decode(replay, SAMPLED, 16)
     live = slice(0, eager.pools.dummy_slot)  # capture's warm-up runs also wrote the dummy slot
     for a, b in zip(eager.pools.all_pools(), replay.pools.all_pools(), strict=True):
         assert torch.equal(a[live], b[live])
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["torch", "paged"])
+def test_graph_replay_applies_min_p_as_the_eager_body(engine_model_dir: Path, attention) -> None:
+    """min_p from the static sampling buffers: replayed, eager body and eager step agree, and
+    the requests replay (min_p does not make them step aside)."""
+    model = load_copy(engine_model_dir, "cuda", torch.float32)
+    eager = make_engine(model, "float32", False, "cuda", attention)
+    replay = make_engine(model, "float32", True, "cuda", attention)
+    plain = make_engine(model, "float32", None, "cuda", attention)
+    assert replay.graphs is not None
+    runs = []
+    real_run = replay.graphs.run
+
+    def counted(step):
+        runs.append(step.greedy)
+        return real_run(step)
+
+    replay.graphs.run = counted  # type: ignore[method-assign]
+    want = decode(eager, MIN_P, 16)
+    assert want == decode(replay, MIN_P, 16) == decode(plain, MIN_P, 16)
+    assert len(runs) == 16 and not any(runs), "the sampled min_p steps did not replay"

@@ -46,6 +46,11 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"logprobs": 1}, 400, "logprobs"),  # a bool in chat
         ({"temperature": -1}, 400, None),  # refused by the router's own validation
         ({"presence_penalty": 2.5}, 400, None),
+        ({"min_p": 1.5}, 400, "min_p"),
+        ({"repetition_penalty": 0}, 400, "repetition_penalty"),
+        ({"repetition_penalty": "high"}, 400, "repetition_penalty"),
+        ({"min_tokens": -1}, 400, "min_tokens"),
+        ({"min_tokens": 5}, 400, "min_tokens"),  # over max_tokens 4
         ({"max_tokens": 10**9}, 400, None),  # over --max-new-tokens-limit
     ],
 )

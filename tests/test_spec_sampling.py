@@ -3,13 +3,15 @@
 No gRPC here: a TargetEngine runs a tiny random Llama (vocabulary 8, fp64) in this process.
 Thousands of requests with different seeds share one prompt and one fixed draft tree per
 verify call; the law of the first token, and of the first two tokens, they emit is compared by
-chi-square with the distribution computed from the model's logits after temperature/top-k/top-p
+chi-square with the distribution computed from the model's logits after the penalties
+(target_service.penalties: repetition_penalty, min_tokens' ban) and temperature/top-k/top-p/min-p
 (model_runtime.sampling.filtered_probs) on plain target-only prefills.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ from model_runtime.loading import load_model
 from model_runtime.sampling import SamplingTensors, filtered_probs
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine, VerifyItem
-from target_service.request_table import SamplingSpec
+from target_service.penalties import penalize
+from target_service.request_table import RequestState, SamplingSpec
 from tests.helpers.tiny_llama import TinyLlama, tiny_llama_dir
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,13 +44,24 @@ SHAPE = TinyLlama(
     logit_scale=3.0,
     with_tokenizer=False,
 )
-# (name, temperature, top_k, top_p)
+BANNED = 2  # min_tokens' "EOS" in the min_tokens setting
+# (name, temperature, top_k, top_p, min_p, repetition_penalty, min_tokens)
 SETTINGS = [
-    ("t0.7", 0.7, 0, 1.0),
-    ("t1.0", 1.0, 0, 1.0),
-    ("top_k3", 1.0, 3, 1.0),
-    ("top_p0.8", 0.9, 0, 0.8),
+    ("t0.7", 0.7, 0, 1.0, 0.0, 1.0, 0),
+    ("t1.0", 1.0, 0, 1.0, 0.0, 1.0, 0),
+    ("top_k3", 1.0, 3, 1.0, 0.0, 1.0, 0),
+    ("top_p0.8", 0.9, 0, 0.8, 0.0, 1.0, 0),
+    ("min_p0.15", 1.0, 0, 1.0, 0.15, 1.0, 0),
+    ("rep1.8_min1", 0.9, 0, 1.0, 0.0, 1.8, 1),
 ]
+
+
+def spec_of(setting: tuple, seed: int) -> SamplingSpec:
+    _, temperature, top_k, top_p, min_p, repetition, min_tokens = setting
+    return SamplingSpec(
+        temperature, top_p, top_k, seed, min_p=min_p, repetition_penalty=repetition,
+        repetition_context=tuple(PROMPT), min_tokens=min_tokens, min_tokens_banned_ids=(BANNED,),
+    )  # fmt: skip
 
 
 class Slots:
@@ -93,7 +107,7 @@ def target_probs(
     engine: TargetEngine, slots: Slots, context: list[int], setting: tuple[str, float, int, float]
 ) -> torch.Tensor:
     """The target's next-token distribution after ``context``, from a plain prefill."""
-    _, temperature, top_k, top_p = setting
+    _, temperature, top_k, top_p, min_p, *_ = setting
     rid = f"ref-{len(context)}-{'-'.join(map(str, context))}"
     greedy = SamplingSpec(0.0, 1.0, 0, 0)
     engine.forward([StepItem(rid, context, 0, slots.take(len(context)), False, greedy)])
@@ -101,12 +115,17 @@ def target_probs(
     engine.release([rid])
     with torch.inference_mode():
         logits = engine.model.logits(hidden)
+    # What sequential decoding sees after ``context``: its tokens, len(context) - len(PROMPT)
+    # sampled since the prompt.
+    spec = replace(spec_of(setting, 0), repetition_context=tuple(context))
+    logits = penalize(logits, [RequestState(0, 0, spec, num_sampled=len(context) - len(PROMPT))])
     params = SamplingTensors(
         torch.tensor([temperature]),
         torch.tensor([top_p]),
         torch.tensor([top_k]),
         torch.tensor([0]),
         torch.tensor([0]),
+        torch.tensor([min_p]),
     )
     return filtered_probs(logits, params)[0].double()
 
@@ -133,7 +152,6 @@ def emit(
 ) -> list[tuple[int, int]]:
     """The first two tokens each seeded request generates: the verify's emitted block, plus
     one ordinary decode step where the verify emitted a single token."""
-    _, temperature, top_k, top_p = setting
     tokens, parents = tree
     prompt_len = len(PROMPT)
     rids = [f"s{setting[0]}-{seed}" for seed in seeds]
@@ -145,7 +163,7 @@ def emit(
                 0,
                 slots.take(prompt_len - 1),
                 False,
-                SamplingSpec(temperature, top_p, top_k, seed),
+                spec_of(setting, seed),
             )
             for rid, seed in zip(rids, seeds, strict=True)
         ]
@@ -190,7 +208,7 @@ def test_emitted_tokens_follow_the_target_distribution(
     joint = {(x, y): float(p1[x] * p2[x][y]) for x in range(VOCAB) for y in range(VOCAB)}
     first = {x: float(p1[x]) for x in range(VOCAB)}
     tree = draft_tree(p1, p2)
-    if setting[2] or setting[3] < 1.0:
+    if setting[2] or setting[3] < 1.0 or setting[4]:
         assert p1[tree[0][3]] == 0, "the tree should hold a zero-probability draft"
     assert p1.max() < 0.9, "a near-deterministic target makes the test weak"
 

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"the CPU attention kernel cannot run here: {few_row_linear.unavailable_reason()}",
 )
 GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
+GREEDY_MIN_P = SamplingSpec(0.0, 1.0, 0, 0, min_p=0.5)  # greedy ignores min_p: graphs keep it
 NUM_SLOTS = 400
 PROMPTS = [[3, 9, 27, 81, 243, 5, 7], [11, 13, 17], [100, 200, 300, 400, 500]]
 CHAIN = 4  # greedy tokens planted as one branch of each tree: verify accepts them
@@ -64,20 +65,24 @@ def greedy_continuations(model) -> list[list[int]]:
     return out
 
 
-def prefill(engine: TargetEngine, continuations: list[list[int]]) -> tuple:
+def prefill(
+    engine: TargetEngine, continuations: list[list[int]], spec: SamplingSpec = GREEDY
+) -> tuple:
     """Every prompt prefilled: the slot source, each request's root position and root token."""
     slot = iter(range(NUM_SLOTS))
     engine.forward(
-        [StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, GREEDY)
+        [StepItem(f"r{i}", p, 0, [next(slot) for _ in p], True, spec)
          for i, p in enumerate(PROMPTS)]
     )  # fmt: skip
     return slot, [len(p) for p in PROMPTS], [c[0] for c in continuations]
 
 
-def verify_rounds(engine: TargetEngine, continuations: list[list[int]], seed: int) -> list:
+def verify_rounds(
+    engine: TargetEngine, continuations: list[list[int]], seed: int, spec: SamplingSpec = GREEDY
+) -> list:
     """Prefills every prompt, then two verify rounds of trees of different sizes."""
     rng = random.Random(seed)
-    slot, starts, roots = prefill(engine, continuations)
+    slot, starts, roots = prefill(engine, continuations, spec)
     outcomes = []
     for round_ in range(2):
         items = []
@@ -103,15 +108,16 @@ def chain_with_siblings(rng: random.Random, chain: list[int], siblings: int) -> 
     return tokens, parents
 
 
-def test_fixed_shape_verify_equals_the_engines_verify(engine_model_dir: Path) -> None:
+@pytest.mark.parametrize("spec", [GREEDY, GREEDY_MIN_P], ids=["greedy", "greedy-min_p"])
+def test_fixed_shape_verify_equals_the_engines_verify(engine_model_dir: Path, spec) -> None:
     model = load_copy(engine_model_dir, DEVICE, torch.float32)
     continuations = greedy_continuations(model)
     plain, fixed = make_engine(model, runner=False), make_engine(model, runner=True)
     assert fixed.verify_graphs is not None
     with mock.patch.object(fixed.verify_graphs, "run", wraps=fixed.verify_graphs.run) as spy:
-        got = verify_rounds(fixed, continuations, seed=1)
+        got = verify_rounds(fixed, continuations, seed=1, spec=spec)
     assert spy.call_count == 2  # both rounds took the fixed-shape step
-    want = verify_rounds(plain, continuations, seed=1)
+    want = verify_rounds(plain, continuations, seed=1, spec=spec)
     assert got[0][0][1] == CHAIN, "the planted chain was not accepted"
     for round_got, round_want in zip(got, want, strict=True):
         for (ids_g, n_g, hidden_g), (ids_w, n_w, hidden_w) in zip(
