@@ -15,6 +15,8 @@ from protos import generation_pb2 as pb
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
 from router.openai_api.formats import set_format
+from router.openai_api.values import is_int, is_int64, is_number
+from router.openai_api.vllm_sampling import vllm_sampling
 from router.validation import MAX_TOP_LOGPROBS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -70,7 +72,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     _completion_logprobs(request.sampling, body)
     echo = flag(body, "echo")
     request.sampling.prompt_logprobs = echo and request.sampling.logprobs
-    scores_only = echo and _is_int(body.get("max_tokens")) and body["max_tokens"] == 0
+    scores_only = echo and is_int(body.get("max_tokens")) and body["max_tokens"] == 0
     if scores_only:  # the router samples a token after any prefill: the reply drops it
         body = {**body, "max_tokens": 1}
     parsed = _finish(request, body, max_tokens_keys=("max_tokens",))
@@ -103,7 +105,7 @@ def _prompts(prompt: Any) -> list[str | list[int]]:
 
 
 def _token_ids(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(_is_int64(t) for t in value)
+    return isinstance(value, list) and bool(value) and all(is_int64(t) for t in value)
 
 
 def _set_input(request: pb.GenerateRequest, prompt: str | list[int]) -> None:
@@ -172,7 +174,7 @@ def _choices(body: dict[str, Any]) -> int:
     n = body.get("n")
     if n is None:
         return 1
-    if not _is_int(n) or not 1 <= n <= MAX_CHOICES:
+    if not is_int(n) or not 1 <= n <= MAX_CHOICES:
         raise ApiError(400, f"n must be an integer in [1, {MAX_CHOICES}], got {n!r}", "n")
     return n
 
@@ -200,7 +202,7 @@ def _completion_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
 
 def _top_count(value: Any, key: str) -> int:
     # The router's validation checks the range again for gRPC; here the 400 names the key.
-    if not _is_int(value) or not 0 <= value <= MAX_TOP_LOGPROBS:
+    if not is_int(value) or not 0 <= value <= MAX_TOP_LOGPROBS:
         raise ApiError(
             400, f"{key} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}", key
         )
@@ -212,19 +214,19 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
         value = body.get(key)
         if value is None:
             continue
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ApiError(400, f"{key} must be a positive integer, got {value!r}", key)
         s.max_new_tokens = min(value, (1 << 32) - 1)
         break
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = body.get(key)
         if value is not None:
-            if not _is_number(value):
+            if not is_number(value):
                 raise ApiError(400, f"{key} must be a number, got {value!r}", key)
             setattr(s, key, float(value))
     for key in ("seed", "top_k"):
         value = body.get(key)
-        if value is not None and not _is_int(value):
+        if value is not None and not is_int(value):
             raise ApiError(400, f"{key} must be an integer, got {value!r}", key)
     if body.get("seed") is not None:
         s.seed = body["seed"] & UINT64  # OpenAI seeds may be negative; ours are uint64
@@ -232,36 +234,13 @@ def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple
         s.top_k = max(-(1 << 31), min(body["top_k"], (1 << 31) - 1))
     s.stop.extend(_stop(body.get("stop")))
     ids = body.get("stop_token_ids") or []
-    if not isinstance(ids, list) or not all(_is_int64(i) for i in ids):
+    if not isinstance(ids, list) or not all(is_int64(i) for i in ids):
         raise ApiError(400, "stop_token_ids must be a list of integers", "stop_token_ids")
     s.stop_token_ids.extend(ids)
     s.ignore_eos = flag(body, "ignore_eos")
     _logit_bias(s, body.get("logit_bias"))
     set_format(s, body)  # structured output (router/openai_api/formats.py)
-    _vllm_extras(s, body)
-
-
-def _vllm_extras(s: pb.SamplingParams, body: dict[str, Any]) -> None:
-    """vLLM's min_p, repetition_penalty and min_tokens (top-level extras, as vLLM takes them;
-    the openai client sends them through extra_body). null: unset."""
-    ranges = {"min_p": (0.0, 1.0, "[0, 1]"), "repetition_penalty": (0.0, 2.0, "(0, 2]")}
-    for key, (low, high, shown) in ranges.items():
-        value = body.get(key)
-        if value is None:
-            continue
-        ok = _is_number(value) and low <= value <= high and (key == "min_p" or value > low)
-        if not ok:
-            raise ApiError(400, f"{key} must be a number in {shown}, got {value!r}", key)
-        setattr(s, key, float(value))
-    value = body.get("min_tokens")
-    if value is not None:
-        too_many = s.HasField("max_new_tokens") and _is_int(value) and value > s.max_new_tokens
-        if not _is_int(value) or value < 0 or value >= 1 << 32 or too_many:
-            raise ApiError(
-                400, f"min_tokens must be an integer in [0, max_tokens], got {value!r}",
-                "min_tokens",
-            )  # fmt: skip
-        s.min_tokens = value
+    vllm_sampling(s, body)  # min_p, repetition_penalty, min_tokens
 
 
 def _logit_bias(s: pb.SamplingParams, bias: Any) -> None:
@@ -272,7 +251,7 @@ def _logit_bias(s: pb.SamplingParams, bias: Any) -> None:
     if not isinstance(bias, dict):
         raise ApiError(400, "logit_bias must be an object of token id -> bias", "logit_bias")
     for key, value in bias.items():
-        if not (isinstance(key, str) and key.lstrip("-").isdigit() and _is_number(value)):
+        if not (isinstance(key, str) and key.lstrip("-").isdigit() and is_number(value)):
             raise ApiError(
                 400, f"logit_bias: {key!r}: {value!r} is not a token id and a number", "logit_bias"
             )
@@ -299,15 +278,3 @@ def flag(body: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise ApiError(400, f"{key} must be true or false", key)
     return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_int64(value: Any) -> bool:
-    return _is_int(value) and -(1 << 63) <= value < (1 << 63)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
