@@ -13,9 +13,9 @@ their nodes get their parent's mask, a stand-in for rows nothing will read.
 
 JSON keeps llguidance's defaults (whitespace between tokens is free; a schema's
 ``x-guidance`` object may set ``whitespace_flexible``, ``item_separator`` and
-``key_separator``): the default model writes indented JSON, and with whitespace forced out it
-left its own distribution and looped (three prompts, 2026-12-04: one of three completed
-compact, two of three indented), so a mask changes only what the model would have broken.
+``key_separator``), so where the model's own reply is valid JSON the mask changes nothing:
+the default model writes indented JSON, and forced compact it left its own distribution
+(docs/api.md, "Structured output").
 """
 
 from __future__ import annotations
