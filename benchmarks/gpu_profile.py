@@ -17,6 +17,7 @@ from benchmarks.gpu_steps import GREEDY, SHAPES, _cuda_ms, _engine, random_model
 from model_runtime.fused import use_fused_kernels
 from model_runtime.fused_layers import merge_projections
 from target_service.engine import StepItem, VerifyItem
+from target_service.graph_runner import GREEDY as GREEDY_GRAPH
 
 
 def top_kernels(fn, count: int = 25) -> list[dict]:
@@ -66,7 +67,7 @@ def profile_shape(shape: str, context: int, attention: str, merged: bool) -> dic
     graph = next(iter(runner.graphs.values()))
     replay = [_cuda_ms(graph.replay) for _ in range(20)]
     with torch.inference_mode():
-        eager = top_kernels(lambda: runner._body(1, runner.context_buckets[0], True))
+        eager = top_kernels(lambda: runner._body(1, runner.context_buckets[0], GREEDY_GRAPH))
         graphed = top_kernels(graph.replay)
     host = host_ops(step)
     verify = _verify_profile(engine, slot, length)

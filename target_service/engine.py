@@ -11,14 +11,15 @@ from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.pools import SlotPools
-from model_runtime.sampling import SamplingTensors, sample, sample_greedy_or_drawn
+from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
 from target_service import penalties, token_masks
 from target_service.admission import StepItem, StepLimits, VerifyItem, admit_step, admit_trees
+from target_service.changed_logits import changes_logits, sample_changed
 from target_service.config import TargetConfig
 from target_service.device_batch import DeviceBatch, build_device_batch
 from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner, DecodeInputs
-from target_service.logprob_pass import TokenLogprobs, Tops, logits_pass, read_back, widest
+from target_service.logprob_pass import TokenLogprobs, Tops, read_back, widest
 from target_service.logprobs import asked_tops, decode_pass, rows_needed
 from target_service.multi_step import run_decode_steps
 from target_service.prompt_scores import ScorePlan, plan_scores, read_scores, score_pass
@@ -68,11 +69,14 @@ class TargetEngine:
         scores = plan_scores(items, states, self.device)  # prompt log-probabilities
         scored = None
         masks = [it.allowed_tokens for it in items if it.sample]  # structured output's
-        eager = scores or token_masks.any_masked(masks)
+        changed = changes_logits(states, masks)
         with torch.inference_mode():
-            on_device = None if eager else self._decoded_on_device(batch, states, decode_steps)
+            plain = not (scores or changed)
+            on_device = self._decoded_on_device(batch, states, decode_steps) if plain else None
             if on_device is not None:
                 next_ids, logprobs = self._read_decoded(batch, states, on_device)
+            elif not scores and decode_steps == 1 and self._fits_decode_graphs(batch, states):
+                next_ids, logprobs = self._changed_decode(batch, states, masks)
             else:
                 sampled = [states[i] for i, it in enumerate(items) if it.sample]
                 with self.clock.region():
@@ -210,15 +214,18 @@ class TargetEngine:
         if not sampled:
             return [], None, read_scores(packed_scores, scores)
         raw = self.model.logits(hidden[batch.sample_index])
-        logits = token_masks.restrict(penalties.penalize(raw, sampled), masks)
-        params = sampling_tensors(sampled, batch.positions[batch.sample_index] + 1, self.device)
-        ids = sample(logits, params)
-        tops = asked_tops(sampled)
-        packed = logits_pass(raw, ids, widest(tops)) if tops is not None else None
-        next_ids = ids.tolist()  # the step's one device->host sync
-        penalties.record(sampled, [[t] for t in next_ids], logits.shape[-1], self.device)
-        answers = read_back(packed, tops, [1] * len(sampled))
+        positions = batch.positions[batch.sample_index] + 1
+        next_ids, answers = sample_changed(raw, sampled, positions, masks)
         return next_ids, answers, read_scores(packed_scores, scores)
+
+    def _changed_decode(
+        self, batch: DeviceBatch, states: list[RequestState], masks: list[bytes]
+    ) -> tuple[list[int], Answers]:
+        """A decode step whose logits change before sampling: the graph's logits, then the
+        changes and the draw (changed_logits.py)."""
+        raw = self._run_decode_graph(batch, None, logits=True)
+        with self.clock.region():
+            return sample_changed(raw, states, batch.positions + 1, masks)
 
     def _forward_tokens(self, batch: DeviceBatch) -> torch.Tensor:
         """The model over the batch's tokens; writes their KV and hidden rows; hidden out."""
@@ -255,16 +262,19 @@ class TargetEngine:
         return build_metadata(write_slots, key_slots, batch.start_pos, batch.num_new, batch.max_new)
 
     def _fits_decode_graphs(self, batch: DeviceBatch, states: list[RequestState]) -> bool:
-        # The graphs apply no penalties: a penalised request runs the eager step.
+        """A decode step of a graph bucket's shape (a step whose logits change runs the
+        LOGITS graphs, the others the sampling ones)."""
         return (
             self.graphs is not None
             and batch.max_new == 1
             and batch.sample_index.shape[0] == len(states)  # every item sampled
-            and not any(penalties.has_penalty(s) for s in states)
             and self.graphs.can_run(len(states), batch.max_context)
         )
 
-    def _run_decode_graph(self, batch: DeviceBatch, params: SamplingTensors | None) -> torch.Tensor:
+    def _run_decode_graph(
+        self, batch: DeviceBatch, params: SamplingTensors | None, logits: bool = False
+    ) -> torch.Tensor:
+        """Next ids [R] from the sampling graphs, or with ``logits`` the step's raw logits."""
         assert self.graphs is not None
         slots = self.table.slots
         step = DecodeInputs(
@@ -276,4 +286,4 @@ class TargetEngine:
             sampling=params,
             key_slots=None if self.paged else slots[batch.rows, : batch.max_context],
         )
-        return self.graphs.run(step)
+        return self.graphs.run_logits(step) if logits else self.graphs.run(step)

@@ -3,9 +3,12 @@
 A decode step (one new token per request) runs over static buffers sized for the largest
 bucket: B requests padded up to a batch bucket. Padded requests write their KV and hidden row to
 the dummy slot and read only the dummy slot, so no padded row can touch a live slot. One graph
-is captured per (batch bucket, context bucket, greedy or sampled), largest first into one shared
-memory pool. The engine asks ``can_run`` and falls back to its eager step for anything else
-(prefill chunks, mixed steps, shapes past the largest bucket).
+is captured per (batch bucket, context bucket, mode), largest first into one shared memory
+pool. The modes: greedy ids, sampled ids, or the step's fp32 logits left in a static buffer
+for the engine to change and sample from (penalties, logit_bias, structured output's masks:
+what the graphs cannot do themselves; ``run_logits``). The engine asks ``can_run`` and falls
+back to its eager step for anything else (prefill chunks, mixed steps, shapes past the
+largest bucket).
 
 With the paged attention backend (model_runtime/paged.py) the graph reads the engine's slot
 table itself, so the context length is only a bound checked on the host: one context bucket.
@@ -32,6 +35,7 @@ from target_service.config import DECODE_GRAPH_BATCHES
 log = logging.getLogger("splitspec.target")
 
 MIN_CONTEXT_BUCKET = 256
+GREEDY, SAMPLED, LOGITS = "greedy", "sampled", "logits"  # what a graph leaves behind
 
 
 def context_buckets(max_context: int) -> tuple[int, ...]:
@@ -61,10 +65,11 @@ class DecodeBuffers:
     seed: torch.Tensor  # long
     min_p: torch.Tensor  # float32; 0: off
     next_ids: torch.Tensor  # long: output
+    logits: torch.Tensor  # float32 [B, V]: output of the LOGITS graphs
 
     @staticmethod
     def allocate(
-        max_batch: int, max_keys: int, dummy_slot: int, device: torch.device
+        max_batch: int, max_keys: int, dummy_slot: int, device: torch.device, vocab: int
     ) -> DecodeBuffers:
         def longs(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.long, device=device)
@@ -85,6 +90,7 @@ class DecodeBuffers:
             seed=longs(max_batch),
             min_p=torch.zeros(max_batch, device=device),
             next_ids=longs(max_batch),
+            logits=torch.zeros((max_batch, vocab), dtype=torch.float32, device=device),
         )
 
 
@@ -127,9 +133,10 @@ class DecodeGraphRunner:
         self.use_graphs = use_graphs and self.device.type == "cuda"
         key_width = 1 if table is not None else self.context_buckets[-1]
         self.buffers = DecodeBuffers.allocate(
-            self.batch_buckets[-1], key_width, pools.dummy_slot, self.device
-        )
-        self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
+            self.batch_buckets[-1], key_width, pools.dummy_slot, self.device,
+            model.config.vocab_size,
+        )  # fmt: skip
+        self.graphs: dict[tuple[int, int, str], torch.cuda.CUDAGraph] = {}
         self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
         self._dirty_rows = self.batch_buckets[-1]  # rows [0, this) may hold a past step's data
         self._reset_padding(0)
@@ -149,27 +156,35 @@ class DecodeGraphRunner:
         if not self.use_graphs:
             return
         shapes = [
-            (b, k, greedy)
+            (b, k, mode)
             for b in reversed(self.batch_buckets)
             for k in reversed(self.context_buckets)
-            for greedy in (True, False)
+            for mode in (GREEDY, SAMPLED, LOGITS)
         ]
         self.graphs = capture_shapes(shapes, "decode", self.device, self._body)
         log.info("decode graphs: batch %s x context %s", self.batch_buckets, self.context_buckets)
 
     def run(self, step: DecodeInputs) -> torch.Tensor:
         """Next token ids [R] on the device (the caller makes the one host copy)."""
-        num_req = step.input_ids.shape[0]
-        batch = bucket_for(num_req, self.batch_buckets)
+        self._replay(step, GREEDY if step.greedy else SAMPLED)
+        return self.buffers.next_ids[: step.input_ids.shape[0]].clone()
+
+    def run_logits(self, step: DecodeInputs) -> torch.Tensor:
+        """The step's fp32 logits [R, V]: a view of the static buffer, valid until the next
+        replay (the caller samples from it first)."""
+        self._replay(step, LOGITS)
+        return self.buffers.logits[: step.input_ids.shape[0]]
+
+    def _replay(self, step: DecodeInputs, mode: str) -> None:
+        batch = bucket_for(step.input_ids.shape[0], self.batch_buckets)
         keys = bucket_for(step.max_context, self.context_buckets)
         assert batch is not None and keys is not None, "check can_run first"
         self._load(step, keys)
-        replay_or_run(self.graphs, (batch, keys, step.greedy), self._body, self.clock)
-        return self.buffers.next_ids[:num_req].clone()
+        replay_or_run(self.graphs, (batch, keys, mode), self._body, self.clock)
 
     # ---- the fixed-shape step ---------------------------------------------------------
 
-    def _body(self, batch: int, keys: int, greedy: bool) -> None:
+    def _body(self, batch: int, keys: int, mode: str) -> None:
         buf = self.buffers
         write_slots = buf.write_slots[:batch]
         positions = buf.positions[:batch]
@@ -177,8 +192,11 @@ class DecodeGraphRunner:
             buf.input_ids[:batch], positions, (self.pools.k, self.pools.v), self._meta(batch, keys)
         )
         self.pools.hidden.index_copy_(0, write_slots, hidden)
-        if greedy:
+        if mode == GREEDY:
             self.model.greedy_ids(hidden, out=buf.next_ids[:batch])
+            return
+        if mode == LOGITS:
+            buf.logits[:batch].copy_(self.model.logits(hidden))
             return
         logits = self.model.logits(hidden)
         params = SamplingTensors(

@@ -12,6 +12,7 @@ import torch
 from target_service import token_masks
 from target_service.engine import StepItem, VerifyItem
 from target_service.errors import InvalidStep
+from target_service.graph_runner import DecodeGraphRunner
 from target_service.request_table import SamplingSpec
 from tests.test_logit_bias_engine import PLAIN, greedy
 from tests.test_logprobs_engine import DEVICE, Replays, make_engine, model, prompt  # noqa: F401
@@ -57,7 +58,7 @@ def test_decoding_follows_the_mask(model, prompt) -> None:  # noqa: F811
     assert first.next_token_ids == [plain[0]]
     step = engine.forward([StepItem("r", [plain[0]], n, [], True, None, [], mask_of([11, 12]))])
     assert step.next_token_ids[0] in (11, 12)
-    assert replays.count == 0  # the masked steps ran eagerly
+    assert replays.count == 0  # no sampling graph ran a masked step (the logits graphs may)
     drawn = SamplingSpec(1.0, 1.0, 0, 7)
     engine.forward([StepItem("s", prompt, 0, list(range(n + 1)), False, drawn)])
     sampled = engine.forward([StepItem("s", [prompt[-1]], n - 1, [], True, None, [],
@@ -97,3 +98,38 @@ def test_malformed_masks_are_refused_before_anything_opens(model, prompt) -> Non
     tree = VerifyItem("r", n, [7, 8], [-1, 0], [], False, mask_of([1])[:12])  # 1.5 words a node
     with pytest.raises(InvalidStep, match="2 mask"):
         engine.verify([tree])
+
+
+@pytest.mark.parametrize("spec", [PLAIN, SamplingSpec(0.8, 0.9, 0, 5, 0.5, 0.3)],
+                         ids=["greedy", "sampled-penalised"])  # fmt: skip
+def test_logits_graphs_give_the_eager_steps_ids(model, prompt, spec) -> None:  # noqa: F811
+    """Masked (and penalised) decode steps through the LOGITS graphs and the changes after
+    them equal the eager step's, token for token, with the graphs really replayed (on CPU the
+    runner runs the same body eagerly)."""
+    masks = [mask_of(list(range(t, 49152, 3))) for t in range(3)]  # a third of the vocabulary
+    runs = [decode_masked(model, prompt, spec, masks, graphs) for graphs in (True, False)]
+    assert runs[0][0] == runs[1][0] and runs[0][1] == 7
+    assert all(t % 3 == k % 3 for k, t in enumerate(runs[0][0][1:]))
+
+
+def decode_masked(model, prompt, spec, masks, graphs: bool) -> tuple[list[int], int]:  # noqa: F811
+    """The prefill's token and 7 more under the masks in turn; with the graphs or without, and
+    how many LOGITS replays ran."""
+    engine = make_engine(model)
+    if engine.graphs is None and graphs:  # CPU: the runner's body, run eagerly
+        table = engine.table.slots if engine.paged else None
+        runner = DecodeGraphRunner(model, engine.pools, engine.max_context, table=table)
+        engine.attach_graphs(runner)
+    replays = []
+    if graphs:
+        run_logits = engine.graphs.run_logits
+        engine.graphs.run_logits = lambda step: replays.append(1) or run_logits(step)
+    else:
+        engine.graphs = None  # every step eager
+    n = len(prompt)
+    first = StepItem("r", prompt, 0, list(range(n + 8)), True, spec)
+    ids = engine.forward([first]).next_token_ids
+    for k in range(7):
+        step = StepItem("r", [ids[-1]], n + k, [], True, None, [], masks[k % 3])
+        ids += engine.forward([step]).next_token_ids
+    return ids, len(replays)
