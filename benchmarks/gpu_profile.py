@@ -87,7 +87,7 @@ def _verify_profile(engine, slot, length: int) -> dict:
         return {}
     item = VerifyItem("r", length, [5] * 16, [-1, *range(15)], [next(slot) for _ in range(16)])
     engine.verify([item])  # reserves the tree's slots and loads the graph's buffers
-    graph = runner.graphs[(1, 16)]
+    graph = runner.graphs[(1, 16, False)]
     replay = [_cuda_ms(graph.replay) for _ in range(20)]
     return {
         "verify16_replay_ms": statistics.median(replay[3:]),

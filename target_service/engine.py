@@ -124,11 +124,13 @@ class TargetEngine:
             [it.start_pos for it in items],
         )
         tops = asked_tops(states)
-        masked = token_masks.any_masked([it.allowed_tokens for it in items])
-        if not masked and self._fits_verify_graphs(states, trees):
+        masks = [it.allowed_tokens for it in items]
+        masked = token_masks.any_masked(masks)
+        if self._fits_verify_graphs(states, trees, masked):
             assert self.verify_graphs is not None
+            want_hidden = [it.return_hidden for it in items]
             with torch.inference_mode():
-                out = self.verify_graphs.run(trees, [it.return_hidden for it in items], tops)
+                out = self.verify_graphs.run(trees, want_hidden, tops, masks if masked else None)
         else:
             asked = (tops, rows_needed(trees.parents, tops)) if tops is not None else None
             out = self._verify_eager(states, pad_trees(trees, self.device), items, asked)
@@ -178,10 +180,12 @@ class TargetEngine:
         wall_ms = (time.perf_counter() - started) * 1e3
         return VerifyStep(results, wall_ms, self.clock.take_ms())
 
-    def _fits_verify_graphs(self, states: list[RequestState], trees: HostTrees) -> bool:
+    def _fits_verify_graphs(
+        self, states: list[RequestState], trees: HostTrees, masked: bool
+    ) -> bool:
         plain = all(s.sampling.temperature == 0 and not penalties.has_penalty(s) for s in states)
         runner = self.verify_graphs
-        return plain and runner is not None and runner.can_run(*trees.shape)
+        return plain and runner is not None and runner.can_run(*trees.shape, masked)
 
     def read_hidden(self, request_id: str, start: int, end: int) -> torch.Tensor:
         """Hidden rows of context positions [start, end) of a request, on the host."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from target_service.errors import InvalidStep
@@ -49,17 +50,38 @@ def any_masked(masks: Sequence[bytes]) -> bool:
 
 def allowed(masks: Sequence[bytes], vocab: int, device: torch.device) -> torch.Tensor:
     """``[R, vocab]`` bool: row r allows what ``masks[r]`` does; an empty mask allows all."""
-    width = words_for(vocab)
-    host = torch.full((len(masks), width), -1, dtype=torch.int32)  # all bits set: no mask
+    host = np.empty((len(masks), words_for(vocab)), dtype=np.int32)
+    fill_words(host, masks)
+    return keep_from_words(torch.from_numpy(host).to(device), vocab)
+
+
+def fill_words(out: np.ndarray, masks: Sequence[bytes]) -> None:
+    """Rows of 32-bit words ``[R, W]``: row r is ``masks[r]``, zero past its end (not allowed),
+    or every bit set where the mask is empty (no constraint)."""
+    out.fill(-1)
     for row, mask in enumerate(masks):
         if mask:
-            words = torch.frombuffer(bytearray(mask), dtype=torch.int32)
-            host[row, : words.numel()] = words
-            host[row, words.numel() :] = 0  # past the mask's end: not allowed
-    words = host.to(device, non_blocking=False)
-    shifts = torch.arange(_BITS, dtype=torch.int32, device=device)
-    bits = (words.unsqueeze(-1) >> shifts) & 1  # [R, width, 32], bit 0 first (little-endian)
-    return bits.reshape(len(masks), width * _BITS)[:, :vocab].bool()
+            words = np.frombuffer(mask, dtype="<i4")
+            out[row, : words.size] = words
+            out[row, words.size :] = 0
+
+
+def keep_from_words(words: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``[R, vocab]`` bool from words ``[R, W]`` on the device (no host sync: graphs hold it)."""
+    shifts = torch.arange(_BITS, dtype=torch.int32, device=words.device)
+    bits = (words.unsqueeze(-1) >> shifts) & 1  # [R, W, 32], bit 0 first (little-endian)
+    return bits.reshape(words.shape[0], words.shape[1] * _BITS)[:, :vocab].bool()
+
+
+def node_masks(masks: Sequence[bytes], sizes: Sequence[int], nodes: int) -> list[bytes]:
+    """Per-node masks of trees padded to ``nodes`` nodes, tree-major: ``masks[b]`` split into
+    its ``sizes[b]`` nodes' masks; empty (no constraint) for padding and unmasked trees."""
+    rows = [b"" for _ in range(len(masks) * nodes)]
+    for b, (mask, size) in enumerate(zip(masks, sizes, strict=True)):
+        per_node = len(mask) // size
+        for i in range(size if mask else 0):
+            rows[b * nodes + i] = mask[i * per_node : (i + 1) * per_node]
+    return rows
 
 
 def restrict(logits: torch.Tensor, masks: Sequence[bytes]) -> torch.Tensor:
@@ -78,10 +100,27 @@ def restrict_tree(
     if not any_masked(masks):
         return logits
     batch, nodes, vocab = logits.shape
-    rows = [b"" for _ in range(batch * nodes)]
-    for b, (mask, size) in enumerate(zip(masks, sizes, strict=True)):
-        per_node = len(mask) // size
-        for i in range(size if mask else 0):
-            rows[b * nodes + i] = mask[i * per_node : (i + 1) * per_node]
-    keep = allowed(rows, vocab, logits.device).view(batch, nodes, vocab)
+    keep = allowed(node_masks(masks, sizes, nodes), vocab, logits.device)
+    keep = keep.view(batch, nodes, vocab)
     return logits.masked_fill(~keep, float("-inf"))
+
+
+class MaskBuffers:
+    """The masked verify graphs' static input (verify_graphs.py): rows of mask words
+    ``[b * n, W]`` per bucket (node i of tree t is row t * n + i; padding rows allow
+    everything), through a pinned host twin."""
+
+    def __init__(self, vocab: int, max_rows: int, device: torch.device) -> None:
+        self.vocab = vocab
+        shape = (max_rows, words_for(vocab))
+        self.words = torch.full(shape, -1, dtype=torch.int32, device=device)
+        self.host = torch.zeros(shape, dtype=torch.int32, pin_memory=device.type == "cuda")
+
+    def load(self, masks: list[bytes], sizes: list[int], batch: int, nodes: int) -> None:
+        padded, sizes = masks + [b""] * (batch - len(masks)), sizes + [1] * (batch - len(sizes))
+        rows = batch * nodes
+        fill_words(self.host[:rows].numpy(), node_masks(padded, sizes, nodes))
+        self.words[:rows].copy_(self.host[:rows], non_blocking=True)
+
+    def keep(self, rows: int) -> torch.Tensor:
+        return keep_from_words(self.words[:rows], self.vocab)

@@ -10,6 +10,9 @@ of the accepted path are the device kernels of kernels/tree_ops.py; the result (
 tokens, count, next token) and the hidden rows land in static buffers, and the host reads
 them once. Only the paged attention backend, greedy trees and requests without presence or
 frequency penalties take this path; the engine runs everything else through run_verify.
+Structured output's trees (a mask per node, target_service/token_masks.py) have graphs of
+their own up to batch MASKED_MAX_BATCH: the same step with the argmax taken over the masked
+fp32 logits, the masks' words copied in beside the trees.
 
 Host work around a replay is kept to copies. The host packs the whole padded block
 (tree_batch.pack_trees, padding included) into a staging buffer, pinned on CUDA, and one
@@ -35,6 +38,7 @@ from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import for_trees
 from model_runtime.pools import SlotPools
+from target_service import token_masks
 from target_service.config import VERIFY_GRAPH_BATCHES
 from target_service.logprob_pass import Tops, committed_tokens, read_back, widest
 from target_service.logprobs import device_pass, rows_needed
@@ -61,6 +65,10 @@ def tree_buckets_up_to(max_tree_tokens: int) -> tuple[int, ...]:
 
 
 TREE_BUCKETS = tree_buckets_up_to(64)  # the target's default --max-tree-tokens
+# Masked graphs unpack a [b * n, vocab] bool mask in their pool (12 MiB for 4 x 64 nodes of
+# SmolLM2's vocabulary, as int32 bits before the cast): kept to the batches one user's
+# constrained requests make; larger masked batches verify eagerly.
+MASKED_MAX_BATCH = 4
 
 
 @dataclass
@@ -147,20 +155,31 @@ class VerifyGraphRunner:
             for n in self.tree_buckets
         }
         self.node_ids = torch.arange(self.tree_buckets[-1], device=self.device)
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.masks = token_masks.MaskBuffers(
+            model.config.vocab_size, sizes[0] * sizes[1], self.device
+        )
+        self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
         self.clock: DeviceClock | None = None  # set by the engine that attaches the runner
 
-    def can_run(self, num_trees: int, max_nodes: int) -> bool:
+    def can_run(self, num_trees: int, max_nodes: int, masked: bool = False) -> bool:
+        batch = bucket_for(num_trees, self.batch_buckets)
         return (
-            bucket_for(num_trees, self.batch_buckets) is not None
+            batch is not None
             and bucket_for(max_nodes, self.tree_buckets) is not None
+            and not (masked and batch > MASKED_MAX_BATCH)
         )
 
     def capture_all(self) -> None:
         """Captures every (batch, tree) bucket, largest first, into one memory pool."""
         if not self.use_graphs:
             return
-        shapes = [(b, n) for b in reversed(self.batch_buckets) for n in reversed(self.tree_buckets)]
+        shapes = [
+            (b, n, masked)
+            for b in reversed(self.batch_buckets)
+            for n in reversed(self.tree_buckets)
+            for masked in (False, True)
+            if not (masked and b > MASKED_MAX_BATCH)
+        ]
         self.buffers.inputs.zero_()  # captured with every row padding: they write the dummy slot
         self.graphs = capture_shapes(shapes, "verify", self.device, self._body)
         log.info("verify graphs: batch %s x tree nodes %s", self.batch_buckets, self.tree_buckets)
@@ -170,11 +189,13 @@ class VerifyGraphRunner:
         trees: HostTrees,
         want_hidden: list[bool],
         want_logprobs: Tops | None = None,
+        masks: list[bytes] | None = None,
     ) -> VerifyOutput:
         """``hidden``: for the trees ``want_hidden`` marks, rows 0 .. their depth (so at least
         0 .. num_accepted); None when none does. ``want_logprobs``: per tree, None or the
         number of likeliest tokens its request wants beside its committed tokens' logprobs
-        (None: no request asked)."""
+        (None: no request asked). ``masks``: per tree, its nodes' allowed-token masks (empty:
+        none); None when no tree has any."""
         num_trees, num_nodes = trees.shape
         batch = bucket_for(num_trees, self.batch_buckets)
         nodes = bucket_for(num_nodes, self.tree_buckets)
@@ -184,7 +205,9 @@ class VerifyGraphRunner:
         # One stream: the copy lands before the replay reads the buffer. Its host side is free to
         # rewrite here because the last run synced after its own copy.
         view.inputs.copy_(view.host_inputs, non_blocking=True)
-        replay_or_run(self.graphs, (batch, nodes), self._body, self.clock)
+        if masks is not None:
+            self.masks.load(masks, [len(t) for t in trees.token_ids], batch, nodes)
+        replay_or_run(self.graphs, (batch, nodes, masks is not None), self._body, self.clock)
         asked = want_logprobs  # None when no request asked
         # Launched before the sync: the host's launches overlap the replay's device time.
         packed = self._launch_logprobs(view, nodes, trees, asked) if asked else None
@@ -222,7 +245,7 @@ class VerifyGraphRunner:
 
     # ---- the fixed-shape step ---------------------------------------------------------
 
-    def _body(self, batch: int, nodes: int) -> None:
+    def _body(self, batch: int, nodes: int, masked: bool) -> None:
         view, dummy = self.views[batch, nodes], self.pools.dummy_slot
         tokens, parents, real, rows, start = view.trees
         valid = real != 0  # long 0/1 in the packed inputs, so that one copy carries them
@@ -234,7 +257,12 @@ class VerifyGraphRunner:
             tokens.flatten(), mask.positions.flatten(), (self.pools.k, self.pools.v), meta
         )
         self.pools.hidden.index_copy_(0, meta.write_slots, hidden)
-        target_next = self.model.greedy_ids(hidden).view(batch, nodes)
+        if masked:  # the argmax eager verify takes: over the masked fp32 logits
+            keep = self.masks.keep(batch * nodes)
+            logits = self.model.logits(hidden).masked_fill(~keep, float("-inf"))
+            target_next = logits.argmax(-1).view(batch, nodes)
+        else:
+            target_next = self.model.greedy_ids(hidden).view(batch, nodes)
         accepted = tree_ops.greedy_accept_path(tokens, parents, valid, target_next)
         tree_ops.compact_accepted(self.pools.all_pools(), node_slots, accepted.path, dummy)
         view.ids[:, :nodes].copy_(tokens.gather(1, accepted.path.clamp(min=0)))

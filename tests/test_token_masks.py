@@ -15,7 +15,14 @@ from target_service.errors import InvalidStep
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.request_table import SamplingSpec
 from tests.test_logit_bias_engine import PLAIN, greedy
-from tests.test_logprobs_engine import DEVICE, Replays, make_engine, model, prompt  # noqa: F401
+from tests.test_logprobs_engine import (  # noqa: F401
+    DEVICE,
+    NO_RUNNER,
+    Replays,
+    make_engine,
+    model,
+    prompt,
+)
 
 VOCAB = 49152
 
@@ -66,13 +73,24 @@ def test_decoding_follows_the_mask(model, prompt) -> None:  # noqa: F811
     assert sampled.next_token_ids[0] in (21, 22)
 
 
-@pytest.mark.parametrize("spec", [PLAIN, SamplingSpec(1.0, 1.0, 0, 3)], ids=["greedy", "sampled"])
-def test_verifying_masks_each_node(model, prompt, spec) -> None:  # noqa: F811
+@pytest.mark.parametrize(
+    ("spec", "runner"),
+    [(PLAIN, False), (PLAIN, True), (SamplingSpec(1.0, 1.0, 0, 3), False)],
+    ids=["greedy", "greedy-verify-graphs", "sampled"],
+)
+def test_verifying_masks_each_node(model, prompt, spec, runner) -> None:  # noqa: F811
     """A chain of the greedy reply, with node 2's mask forbidding the reply's own next token:
     nodes 1 and 2 are accepted under masks that allow only them, the third draft is rejected,
-    and the bonus is the one token node 2's mask allows."""
+    and the bonus is the one token node 2's mask allows; through the eager verify, or the
+    verify runner's masked graphs (its body run eagerly on CPU)."""
+    if runner and NO_RUNNER:
+        pytest.skip("the verify runner needs the CPU paged kernel, which did not build here")
     plain = greedy(make_engine(model), prompt, PLAIN, 5)
-    engine = make_engine(model)
+    engine = make_engine(model, verify_runner=runner)
+    calls = []
+    if runner:
+        run = engine.verify_graphs.run
+        engine.verify_graphs.run = lambda *a: calls.append(a[-1] is not None) or run(*a)
     start = len(prompt)
     engine.forward([StepItem("r", prompt, 0, list(range(start)), True, spec)])
     chain = plain[:4]
@@ -81,6 +99,7 @@ def test_verifying_masks_each_node(model, prompt, spec) -> None:  # noqa: F811
                       masks)  # fmt: skip
     result = engine.verify([tree]).results[0]
     assert result.num_accepted == 2 and result.token_ids == [plain[1], plain[2], 99]
+    assert calls == ([True] if runner else [])
 
 
 def test_malformed_masks_are_refused_before_anything_opens(model, prompt) -> None:  # noqa: F811
