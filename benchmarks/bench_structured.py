@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.bench_logprobs import start
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
-from benchmarks.run_record import machine_info, utc_now, versions
+from benchmarks.run_record import git_commit, machine_info, utc_now, versions
 from protos import generation_pb2 as pb
 from splitspec.client import Client, GenerationResult, build_request
 
@@ -106,7 +106,8 @@ def main() -> None:
     spec, base = results["spec_json"], results["base_json"]
     equal = sum(s.token_ids == b.token_ids for s, b in zip(spec, base, strict=True))
     record = {
-        "benchmark": "structured_output", "when": utc_now(), "device": args.device,
+        "benchmark": "structured_output", "when": utc_now(), "commit": git_commit(),
+        "device": args.device,
         "dtype": args.dtype, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
         "arms": summarize(results), "spec_equals_target_only_json": f"{equal}/{len(spec)}",
         "machine": machine_info(0), "versions": versions(),

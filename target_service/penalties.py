@@ -20,8 +20,10 @@ router's EOS ids and stop_token_ids) get -inf. A tree node at depth d predicts t
 after the committed completion, so it is banned while ``num_sampled + d < min_tokens``.
 
 Order, as vLLM's sampler: logit_bias, the min_tokens ban, repetition, presence/frequency.
-The CUDA graphs (decode, multi-step, verify) apply none of this: a request with any of it
-takes the eager step (min_tokens only while its ban binds).
+No CUDA graph applies any of this itself (min_tokens matters only while its ban binds): a
+decode step with any of it replays the decode graphs' LOGITS mode and is changed and drawn
+after the replay (changed_logits.py); multi-step decoding and the verify graphs step aside
+(the eager verify).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ A mask travels as little-endian 32-bit words (llguidance's layout): bit ``t % 32
 ``t // 32`` allows token ``t``; tokens past the mask's end are not allowed. The words are
 copied to the device as they are and unpacked there.
 
-The CUDA graphs and multi-step decoding apply no masks: a masked request takes the eager step.
+On CUDA a masked decode step replays the decode graphs' LOGITS mode and is masked and drawn
+after it (changed_logits.py); a greedy masked verify up to batch 4 replays masked verify
+graphs (verify_graphs.py, MaskBuffers below); multi-step decoding never takes masks.
 """
 
 from __future__ import annotations
