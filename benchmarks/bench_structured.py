@@ -113,7 +113,7 @@ def main() -> None:
         "machine": machine_info(0), "versions": versions(),
     }  # fmt: skip
     print(json.dumps({k: record[k] for k in ("arms", "spec_equals_target_only_json")}, indent=1))
-    stamp = record["when"][:16].replace(":", "")
+    stamp = record["when"][:16].replace(":", "").replace("T", "_")
     out = args.out or RESULTS / f"structured_{args.device}_{stamp}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
