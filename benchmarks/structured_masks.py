@@ -6,7 +6,7 @@ A JSON reply is walked token by token under ``json_object``; at each position th
 work for a round is timed: one mask (a decode step's), and the masks of a 64-node tree (the
 GPU's default tree size): the reply's next 8 tokens as a chain under the root and 55 more
 nodes under random parents, half of them tokens the grammar allows there and half any token
-(which the walk skips). Prints and saves the medians and maxima.
+(which the walk drops). Prints and saves the medians and maxima.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def walk(tokenizer: Tokenizer) -> dict[str, list[float]]:
         allowed = [t for t in range(tokenizer.vocab_size) if _allows(mask, t)]
         root = ids[k - 1] if k else 0
         tree = random_tree(rnd, root, ids[k : k + CHAIN], allowed, tokenizer.vocab_size)
-        times["tree_ms"].append(time_ms(lambda: constraint.tree_masks(*tree)))  # noqa: B023
+        times["tree_ms"].append(time_ms(lambda: constraint.live_tree(*tree)))  # noqa: B023
         times["mask_ms"].append(time_ms(constraint.mask))
         constraint.advance([ids[k]])
     return times

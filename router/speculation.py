@@ -200,6 +200,9 @@ class Speculation:
         start = req.num_computed
         room = min(self.max_context - start, max_nodes)
         tokens, parents = self._sanitize(req, tree, room=room)
+        masks = b""
+        if req.constraint is not None:  # structured output: live nodes, each one's mask
+            tokens, parents, masks = req.constraint.live_tree(tokens, parents)
         self.kv.ensure_slots(req, start + len(tokens))
         item = target_pb2.VerifyItem(
             request_id=req.request_id,
@@ -208,9 +211,8 @@ class Speculation:
             parent_indices=parents,
             new_slots=req.slots[req.num_sent_slots :],
             return_hidden=bool(req.replica.info and req.replica.info.needs_hidden),
+            allowed_tokens=masks,
         )
-        if req.constraint is not None:  # structured output: each node's allowed tokens
-            item.allowed_tokens = req.constraint.tree_masks(tokens, parents)
         req.num_sent_slots = len(req.slots)
         return item
 

@@ -62,30 +62,39 @@ def test_json_follows_the_schema_in_any_layout(tokenizer: Tokenizer, text: str) 
     assert not _allows(wrong.mask(), tokenizer.encode('"', add_special_tokens=False)[0])
 
 
-def test_tree_masks_are_the_sequential_masks(tokenizer: Tokenizer) -> None:
-    """A tree of two JSON continuations, a forbidden branch and an EOS: each real node's mask
-    is what a fresh matcher gives after the node's path; the walk leaves no trace."""
+def test_live_tree_masks_are_the_sequential_masks(tokenizer: Tokenizer) -> None:
+    """A tree of two JSON continuations, a forbidden token and an EOS inside a string: the
+    live tree is the two chains, each node's mask what a fresh matcher gives after its path;
+    the walk leaves no trace."""
     enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
     prefix = enc('{"name": "')
     a, b = enc('Ada", "age'), enc('Bob"')
-    bad = enc("}")[0]
-    eos = tokenizer.eos_token_ids[0]
-    tokens = [prefix[-1], *a, *b, bad, eos]
+    tokens = [prefix[-1], *a, *b, 1, tokenizer.eos_token_ids[0]]  # 1: <|im_start|>
     parents = [-1, *range(len(a))]  # a chain under the root
     parents += [0, *range(1 + len(a), len(a) + len(b))]  # a second chain under the root
-    parents += [0, 0]  # a forbidden token and an EOS, children of the root
+    parents += [0, 0]  # a forbidden token and an EOS (inside a string), children of the root
     c = constraint(tokenizer, json_schema=SCHEMA)
     c.advance(prefix)
     before = c.mask()
-    masks = c.tree_masks(tokens, parents)
+    live, live_parents, masks = c.live_tree(tokens, parents)
+    assert live == tokens[: 1 + len(a) + len(b)] and live_parents == parents[: len(live)]
     width = len(before)
-    assert len(masks) == width * len(tokens) and c.mask() == before
+    assert len(masks) == width * len(live) and c.mask() == before
     for node, path in [(0, []), (len(a), a), (len(a) + len(b), b)]:
         fresh = constraint(tokenizer, json_schema=SCHEMA)
         fresh.advance(prefix + path)
         assert masks[node * width : (node + 1) * width] == fresh.mask(), node
-    for node in (len(tokens) - 2, len(tokens) - 1):  # stand-ins: the root's mask
-        assert masks[node * width : (node + 1) * width] == before
+
+
+def test_nothing_after_an_eos_is_kept(tokenizer: Tokenizer) -> None:
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    c = constraint(tokenizer, json_object=True)
+    c.advance(enc('{"a": 1}'))
+    eos = tokenizer.eos_token_ids[0]
+    tokens, parents = [enc("}")[-1], enc(" ")[0], eos, 7], [-1, 0, 0, 2]
+    live, live_parents, masks = c.live_tree(tokens, parents)
+    assert live == [tokens[0], eos] and live_parents == [-1, 0]
+    assert masks == c.mask() * 2  # the EOS node's rows are a stand-in: the root's mask
 
 
 @pytest.mark.parametrize(
