@@ -35,6 +35,7 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"model": ""}, 400, "model"),
         ({"model": 7}, 400, "model"),
         ({"n": 65}, 400, "n"),
+        ({"best_of": 2}, 400, "best_of"),  # a completions parameter: chat has none
         ({"max_tokens": -1}, 400, "max_tokens"),
         ({"max_tokens": 0}, 400, "max_tokens"),
         ({"max_completion_tokens": "8"}, 400, "max_completion_tokens"),

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol, tokenize
+from router.openai_api.best_of import ranked
 from router.openai_api.choices import ChoiceFailed, interleaved
 from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
@@ -128,22 +129,29 @@ class OpenAIServer:
             return _error(err)
         replies = self._replies(parsed, chat, generates, reqs)
         if parsed.stream:
-            events = self._events(reqs, replies, parsed.n)
+            events = self._events(reqs, replies, parsed.num_candidates)
             return StreamingResponse(events, media_type="text/event-stream")
-        return await self._whole(reqs, replies, parsed.n)
+        return await self._whole(reqs, replies, parsed)
 
-    async def _whole(self, reqs: list[Request], replies: list[Reply], n: int) -> Response:
-        """The reply to a request that did not stream: every choice's, the usage of them all."""
+    async def _whole(
+        self, reqs: list[Request], replies: list[Reply], parsed: protocol.ParsedRequest
+    ) -> Response:
+        """The reply to a request that did not stream: every choice's (with best_of, the best
+        candidates'), the usage of every candidate."""
         try:
             wholes = await asyncio.gather(*(self._collect(req) for req in reqs))
         except ServiceFailure as err:
             for req in reqs:  # the other choices stop too
                 self._abort_unfinished(req)
             return _error(from_router_error(err))
-        bodies = [reply.whole(whole) for reply, whole in zip(replies, wholes, strict=True)]
+        chosen = ranked(wholes, parsed.n, parsed.num_candidates)
+        for index, i in enumerate(chosen):
+            replies[i].index = index  # best_of's choices are numbered in rank order
+        bodies = [replies[i].whole(wholes[i]) for i in chosen]
         choices = [body["choices"][0] for body in bodies]
         shown = [reply.shown(whole) for reply, whole in zip(replies, wholes, strict=True)]
-        return JSONResponse({**bodies[0], "choices": choices, "usage": usage(*shown, n=n)})
+        total = usage(*shown, n=parsed.num_candidates)  # every candidate's tokens: all billed
+        return JSONResponse({**bodies[0], "choices": choices, "usage": total})
 
     def _replies(
         self,
@@ -155,8 +163,8 @@ class OpenAIServer:
         """One Reply per choice, all under the first one's id."""
         replies: list[Reply] = []
         for i, (generate, req) in enumerate(zip(generates, reqs, strict=True)):
-            reply = Reply(chat, self.model_name, parsed.include_usage,
-                          logprobs=parsed.generate.sampling.logprobs, index=i,
+            shown = parsed.generate.sampling.logprobs and not parsed.hidden_logprobs
+            reply = Reply(chat, self.model_name, parsed.include_usage, logprobs=shown, index=i,
                           id=replies[0].id if replies else "")  # fmt: skip
             if parsed.echo:
                 tokenizer = self.scheduler.tokenizer

@@ -1,7 +1,7 @@
 """OpenAI request bodies turned into the router's own GenerateRequest.
 
-Only what the server can honour is accepted; a parameter it cannot (best_of > 1, tools,
-suffix) is refused with a 400 naming the parameter, never ignored.
+Only what the server can honour is accepted; a parameter it cannot (tools, suffix, chat's
+best_of > 1) is refused with a 400 naming the parameter, never ignored.
 Values are then validated by the same code as the gRPC API (router.validation).
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.openai_api.best_of import parse_best_of, refuse_in_chat
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
 from router.openai_api.formats import set_format
@@ -35,11 +36,18 @@ class ParsedRequest:
     prompts: tuple[pb.GenerateRequest, ...] = ()
     echo: bool = False  # completions: the prompt leads the reply (router/openai_api/echo.py)
     scores_only: bool = False  # echo with max_tokens 0: the prompt alone, scored
+    best_of: int = 0  # completions: candidates a prompt, the n best returned (0: n; best_of.py)
+    hidden_logprobs: bool = False  # best_of ranks by logprobs that the client did not ask for
+
+    @property
+    def num_candidates(self) -> int:
+        return max(self.n, self.best_of)
 
 
 def requests(parsed: ParsedRequest) -> list[pb.GenerateRequest]:
-    """Every choice's request: prompt by prompt, n choices each (OpenAI's index order)."""
-    return [one for base in parsed.prompts or (parsed.generate,) for one in fan_out(base, parsed.n)]
+    """Every candidate's request: prompt by prompt, n (or best_of) each (OpenAI's index order)."""
+    bases = parsed.prompts or (parsed.generate,)
+    return [one for base in bases for one in fan_out(base, parsed.num_candidates)]
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -79,6 +87,9 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     if len(prompts) * parsed.n > MAX_REQUESTS:
         raise ApiError(400, f"{len(prompts)} prompts x n {parsed.n} exceed {MAX_REQUESTS} "
                        "choices a request", "n")  # fmt: skip
+    best_of = parse_best_of(body, parsed.n, parsed.stream, len(prompts))
+    hidden_logprobs = best_of > parsed.n and not request.sampling.logprobs
+    request.sampling.logprobs |= best_of > parsed.n  # after prompt_logprobs: echo's stay off
     batch = []
     for prompt in prompts:  # each with the first one's parameters
         one = pb.GenerateRequest()
@@ -86,7 +97,8 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         one.ClearField("input")
         _set_input(one, prompt)
         batch.append(one)
-    return replace(parsed, prompts=tuple(batch), echo=echo, scores_only=scores_only)
+    return replace(parsed, prompts=tuple(batch), echo=echo, scores_only=scores_only,
+                   best_of=best_of, hidden_logprobs=hidden_logprobs)
 
 
 def _prompts(prompt: Any) -> list[str | list[int]]:
@@ -141,9 +153,8 @@ def _content(content: Any, where: str) -> str:
 
 
 def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
-    best_of = body.get("best_of")
-    if best_of not in (None, 1):
-        raise ApiError(400, "best_of is not supported (must be 1)", "best_of")
+    if chat:  # completions take it (router/openai_api/best_of.py)
+        refuse_in_chat(body)
     if body.get("tools") or body.get("functions"):
         raise ApiError(400, "tools are not supported", "tools")
     if not chat and body.get("suffix"):
