@@ -17,27 +17,18 @@ the target-only values (the largest difference of a chosen token's log-probabili
 
 from __future__ import annotations
 
-import argparse
 import json
+from functools import partial
 from pathlib import Path
 
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
+from benchmarks.interleaved import bench_args, run_interleaved
 from benchmarks.run_record import machine_info, utc_now, versions
 from splitspec.client import Client, GenerationResult, build_request
 from splitspec.launcher import LocalStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = {"off": None, "chosen": 0, "top20": 20}  # name -> top_logprobs (None: no logprobs)
-
-
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu", help="the target's and the drafter's device")
-    p.add_argument("--dtype", default="float32", help="their dtype")
-    p.add_argument("--prompts", type=int, default=12, help="short instructions to run")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="each reply's length")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
-    return p.parse_args()
 
 
 def start(device: str, dtype: str) -> LocalStack:
@@ -58,22 +49,8 @@ def one_request(
     return client.generate(request)
 
 
-def run_arms(client: Client, prompts: list[list[int]], max_new: int) -> dict:
-    """Every arm on every prompt, arms interleaved (their order turned one place a prompt);
-    results by arm name."""
-    arms = {f"{'spec' if s else 'base'}_{m}": (s, t) for s in (False, True)
-            for m, t in MODES.items()}  # fmt: skip
-    for speculate, top in arms.values():  # warm-up: the first request of each kind
-        one_request(client, prompts[0], 8, speculate, top)
-    for ids in prompts:  # every prompt in the radix cache: no arm pays a prefill the rest skip
-        one_request(client, ids, 1, False, None)
-    names = list(arms)
-    results: dict[str, list[GenerationResult]] = {name: [] for name in arms}
-    for i, ids in enumerate(prompts):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            speculate, top = arms[name]
-            results[name].append(one_request(client, ids, max_new, speculate, top))
-    return results
+ARMS = {f"{'spec' if s else 'base'}_{m}": (s, t) for s in (False, True)
+        for m, t in MODES.items()}  # fmt: skip
 
 
 def summarize(results: dict[str, list[GenerationResult]]) -> dict:
@@ -111,13 +88,14 @@ def checks(results: dict[str, list[GenerationResult]]) -> dict:
 
 
 def main() -> None:
-    args = parse_args()
+    args = bench_args(__doc__.splitlines()[0])
     texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
     prompts = chat_ids(texts)
     stack = start(args.device, args.dtype)
     try:
         with Client(stack.router_address) as client:
-            results = run_arms(client, prompts, args.max_new_tokens)
+            one = partial(one_request, client)
+            results = run_interleaved(prompts, args.max_new_tokens, ARMS, one)
     finally:
         stack.stop()
     spec = results["spec_off"]

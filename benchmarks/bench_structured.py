@@ -18,12 +18,13 @@ constraint (greedy).
 
 from __future__ import annotations
 
-import argparse
 import json
+from functools import partial
 from pathlib import Path
 
 from benchmarks.bench_logprobs import start
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
+from benchmarks.interleaved import bench_args, run_interleaved
 from benchmarks.run_record import git_commit, machine_info, utc_now, versions
 from protos import generation_pb2 as pb
 from splitspec.client import Client, GenerationResult, build_request
@@ -33,37 +34,14 @@ ARMS = {f"{'spec' if s else 'base'}_{'json' if j else 'free'}": (s, j)
         for s in (False, True) for j in (False, True)}  # fmt: skip
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu", help="the target's and the drafter's device")
-    p.add_argument("--dtype", default="float32", help="their dtype")
-    p.add_argument("--prompts", type=int, default=12, help="short instructions to run")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="each reply's length at most")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
-    return p.parse_args()
-
-
 def one_request(
     client: Client, ids: list[int], max_new: int, speculate: bool, constrained: bool
 ) -> GenerationResult:
+    """A batch-1 greedy request for ``ids``, free or held to any JSON object."""
     fmt = pb.StructuredOutput(json_object=True) if constrained else None
     request = build_request("", False, max_new, 0.0, speculate=speculate, structured_output=fmt)
     request.input_ids.ids.extend(ids)
     return client.generate(request)
-
-
-def run_arms(client: Client, prompts: list[list[int]], max_new: int) -> dict:
-    """Every arm on every prompt, arms interleaved; results by arm name."""
-    for speculate, constrained in ARMS.values():  # warm-up: the first request of each kind
-        one_request(client, prompts[0], 8, speculate, constrained)
-    for ids in prompts:  # every prompt in the radix cache: no arm pays a prefill the rest skip
-        one_request(client, ids, 1, False, False)
-    names = list(ARMS)
-    results: dict[str, list[GenerationResult]] = {name: [] for name in ARMS}
-    for i, ids in enumerate(prompts):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            results[name].append(one_request(client, ids, max_new, *ARMS[name]))
-    return results
 
 
 def is_json_object(text: str) -> bool:
@@ -94,13 +72,14 @@ def arm_row(runs: list[GenerationResult]) -> dict:
 
 
 def main() -> None:
-    args = parse_args()
+    args = bench_args(__doc__.splitlines()[0])
     texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
     prompts = chat_ids([f"{text} Answer in JSON." for text in texts])
     stack = start(args.device, args.dtype)
     try:
         with Client(stack.router_address) as client:
-            results = run_arms(client, prompts, args.max_new_tokens)
+            one = partial(one_request, client)
+            results = run_interleaved(prompts, args.max_new_tokens, ARMS, one)
     finally:
         stack.stop()
     spec, base = results["spec_json"], results["base_json"]

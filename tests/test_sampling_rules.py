@@ -16,6 +16,7 @@ from model_runtime.sampling import SamplingTensors, filtered_probs
 from target_service.penalties import bans_now, has_penalty, penalize, penalize_tree, record
 from target_service.request_table import RequestState, SamplingSpec
 from target_service.tree import tree_attention_mask
+from tests.test_penalties import path_to
 
 VOCAB = 12
 EOS, STOP = 11, 4
@@ -30,14 +31,6 @@ def params(temperature: float, top_p: float, top_k: int, min_p: float) -> Sampli
         return torch.tensor([x])
 
     return SamplingTensors(one(temperature), one(top_p), one(top_k), one(0), one(0), one(min_p))
-
-
-def path_to(parents: list[int], node: int) -> list[int]:
-    path = []
-    while node > 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
 
 
 def tree_layout():

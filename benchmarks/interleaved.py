@@ -1,0 +1,43 @@
+"""Arms run interleaved prompt by prompt through one stack (bench_logprobs.py,
+bench_structured.py): the same batch-1 requests under a few settings, fairly compared."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from splitspec.client import GenerationResult
+
+# one(ids, max_new, *arm) -> the arm's request for that prompt, streamed to its end
+OneRequest = Callable[..., GenerationResult]
+
+
+def bench_args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--device", default="cpu", help="the target's and the drafter's device")
+    p.add_argument("--dtype", default="float32", help="their dtype")
+    p.add_argument("--prompts", type=int, default=12, help="short instructions to run")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="each reply's length at most")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
+    return p.parse_args()
+
+
+def run_interleaved(
+    prompts: list[list[int]], max_new: int, arms: dict[str, tuple], one: OneRequest
+) -> dict[str, list[GenerationResult]]:
+    """Every arm on every prompt, the arms' order turned one place a prompt, so that a box's
+    drift hits them alike; results by arm name. First a short warm-up request of each arm,
+    and every prompt into the radix cache with the first arm (else the first arm to meet a
+    prompt would pay its prefill for the others)."""
+    for arm in arms.values():
+        one(prompts[0], 8, *arm)
+    first = next(iter(arms.values()))
+    for ids in prompts:
+        one(ids, 1, *first)
+    names = list(arms)
+    results: dict[str, list[GenerationResult]] = {name: [] for name in names}
+    for i, ids in enumerate(prompts):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            results[name].append(one(ids, max_new, *arms[name]))
+    return results
