@@ -18,26 +18,15 @@ the target-only values (the largest difference of a chosen token's log-probabili
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
-from benchmarks.interleaved import bench_args, run_interleaved
+from benchmarks.interleaved import bench_args, run_on_stack
 from benchmarks.run_record import machine_info, utc_now, versions
 from splitspec.client import Client, GenerationResult, build_request
-from splitspec.launcher import LocalStack
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = {"off": None, "chosen": 0, "top20": 20}  # name -> top_logprobs (None: no logprobs)
-
-
-def start(device: str, dtype: str) -> LocalStack:
-    import tempfile
-
-    model = ["--device", device, "--dtype", dtype]
-    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-bench-logprobs-"))
-    stack = LocalStack(model, [], log_dir=log_dir, draft_args=[["--method", "eagle", *model]])
-    return stack.start(timeout_s=900)
 
 
 def one_request(
@@ -91,13 +80,7 @@ def main() -> None:
     args = bench_args(__doc__.splitlines()[0])
     texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
     prompts = chat_ids(texts)
-    stack = start(args.device, args.dtype)
-    try:
-        with Client(stack.router_address) as client:
-            one = partial(one_request, client)
-            results = run_interleaved(prompts, args.max_new_tokens, ARMS, one)
-    finally:
-        stack.stop()
+    results = run_on_stack(args, prompts, ARMS, one_request)
     spec = results["spec_off"]
     acceptance = [r.final.speculation.mean_acceptance_length for r in spec if r.final]
     record = {

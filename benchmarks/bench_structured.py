@@ -19,12 +19,10 @@ constraint (greedy).
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
-from benchmarks.bench_logprobs import start
 from benchmarks.gpu_stack import INSTRUCTIONS, chat_ids
-from benchmarks.interleaved import bench_args, run_interleaved
+from benchmarks.interleaved import bench_args, run_on_stack
 from benchmarks.run_record import git_commit, machine_info, utc_now, versions
 from protos import generation_pb2 as pb
 from splitspec.client import Client, GenerationResult, build_request
@@ -75,13 +73,7 @@ def main() -> None:
     args = bench_args(__doc__.splitlines()[0])
     texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
     prompts = chat_ids([f"{text} Answer in JSON." for text in texts])
-    stack = start(args.device, args.dtype)
-    try:
-        with Client(stack.router_address) as client:
-            one = partial(one_request, client)
-            results = run_interleaved(prompts, args.max_new_tokens, ARMS, one)
-    finally:
-        stack.stop()
+    results = run_on_stack(args, prompts, ARMS, one_request)
     spec, base = results["spec_json"], results["base_json"]
     equal = sum(s.token_ids == b.token_ids for s, b in zip(spec, base, strict=True))
     record = {

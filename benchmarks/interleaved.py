@@ -4,10 +4,13 @@ bench_structured.py): the same batch-1 requests under a few settings, fairly com
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from splitspec.client import GenerationResult
+from splitspec.client import Client, GenerationResult
+from splitspec.launcher import LocalStack
 
 # one(ids, max_new, *arm) -> the arm's request for that prompt, streamed to its end
 OneRequest = Callable[..., GenerationResult]
@@ -41,3 +44,23 @@ def run_interleaved(
         for name in names[i % len(names) :] + names[: i % len(names)]:
             results[name].append(one(ids, max_new, *arms[name]))
     return results
+
+
+def start(device: str, dtype: str) -> LocalStack:
+    model = ["--device", device, "--dtype", dtype]
+    log_dir = Path(tempfile.mkdtemp(prefix="splitspec-bench-"))
+    stack = LocalStack(model, [], log_dir=log_dir, draft_args=[["--method", "eagle", *model]])
+    return stack.start(timeout_s=900)
+
+
+def run_on_stack(
+    args: argparse.Namespace, prompts: list[list[int]], arms: dict[str, tuple], one: OneRequest
+) -> dict[str, list[GenerationResult]]:
+    """``run_interleaved`` on a stack of its own (router, target, one EAGLE replica on
+    ``args.device``), stopped after; ``one(client, ids, max_new, *arm)``."""
+    stack = start(args.device, args.dtype)
+    try:
+        with Client(stack.router_address) as client:
+            return run_interleaved(prompts, args.max_new_tokens, arms, partial(one, client))
+    finally:
+        stack.stop()
