@@ -8,8 +8,9 @@ appended, replies ending at EOS or max_new_tokens. Four arms: speculation off an
 free and with ``json_object`` (any JSON object). Arms run interleaved prompt by prompt, their
 order turned a place each prompt, every prompt in the radix cache first (as in
 bench_logprobs.py); an arm's tok/s is its tokens over its streams' wall time. The constrained
-arms' steps run eagerly (no CUDA graphs, one decode step a Forward) and the router computes
-a mask per sampled or verified position, so their tok/s are compared with the free arms'.
+arms run one decode step a Forward (on CUDA the LOGITS decode graphs and, greedy up to batch
+4, the masked verify graphs) and the router computes a mask per sampled or verified
+position, so their tok/s are compared with the free arms'.
 
 Recorded: tok/s and mean acceptance per arm; how many replies parse as a JSON object (free
 and constrained); whether speculation gives exactly target-only's tokens under the

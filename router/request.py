@@ -92,7 +92,8 @@ class Request:
 
     @property
     def min_tokens_binds(self) -> bool:
-        """Whether the target still refuses the min_tokens ids (then every step is eager)."""
+        """Whether the target still refuses the min_tokens ids (then one decode step a
+        Forward, its logits changed before the draw)."""
         o = self.options
         return len(self.output_ids) < o.min_tokens and bool(o.min_tokens_banned_ids)
 

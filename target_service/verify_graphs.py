@@ -65,9 +65,9 @@ def tree_buckets_up_to(max_tree_tokens: int) -> tuple[int, ...]:
 
 
 TREE_BUCKETS = tree_buckets_up_to(64)  # the target's default --max-tree-tokens
-# Masked graphs unpack a [b * n, vocab] bool mask in their pool (12 MiB for 4 x 64 nodes of
-# SmolLM2's vocabulary, as int32 bits before the cast): kept to the batches one user's
-# constrained requests make; larger masked batches verify eagerly.
+# Masked graphs hold [b * n, vocab] fp32 logits and int32 mask bits in their pool (50 MB each
+# for 4 x 64 nodes of SmolLM2's 49,152 tokens, by size, not measured): kept to the batches one
+# user's constrained requests make; larger masked batches verify eagerly.
 MASKED_MAX_BATCH = 4
 
 

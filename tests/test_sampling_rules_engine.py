@@ -1,6 +1,7 @@
 """min_p, repetition_penalty and min_tokens on the target engine, in-process on the real default
 model: verifying a draft chain gives what decoding one token a Forward gives (speculation =
-target-only), the decode graphs step aside only while a rule needs the eager step, and
+target-only), the sampling decode graphs step aside only while a rule changes the logits
+(on CUDA the LOGITS graphs run those steps), and
 multi-step decoding refuses a request while its rule binds."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_repetition_penalty_verified_equals_decoded(model, prompt) -> None:  # n
     replays = Replays(engine)
     ids = greedy(engine, prompt, rep_spec(prompt), NUM)
     assert ids != plain, "the penalty changed nothing"
-    assert replays.count == 0  # no graph ran the penalised request's steps
+    assert replays.count == 0  # no sampling graph ran the penalised steps (LOGITS ones may)
     for runner in (False, not NO_RUNNER):
         result = verify_chain(make_engine(model, runner), prompt, rep_spec(prompt), ids[:-1])
         assert result.token_ids == ids[1:] and result.num_accepted == NUM - 2

@@ -1,7 +1,8 @@
 """Structured output on the target (target_service/token_masks.py): the allowed-token masks'
 bit layout, and the engine in-process on the real default model applying them at every route
-a token is committed by (the eager step and the eager verify, sampled and greedy; on CUDA the
-graphs, which apply no masks, step aside), refusing malformed masks before anything opens."""
+a token is committed by (the eager step and the eager verify, sampled and greedy; the decode
+graphs' LOGITS mode and the masked verify graphs, on CPU through the same bodies run eagerly),
+refusing malformed masks before anything opens."""
 
 from __future__ import annotations
 
