@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmarks.run_record import git_commit, machine_info, utc_now
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
-from router.structured_output import Constraint, _allows, compile_format
+from router.structured_output import _allows, compile_format
 from router.tokenizer import Tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,9 +48,9 @@ def time_ms(fn) -> float:
 
 
 def walk(tokenizer: Tokenizer) -> dict[str, list[float]]:
-    fmt = compile_format(pb.StructuredOutput(json_object=True), tokenizer)
-    assert fmt is not None
-    constraint, rnd = Constraint(fmt, tokenizer), random.Random(0)
+    constraint = compile_format(pb.StructuredOutput(json_object=True), tokenizer)
+    assert constraint is not None
+    rnd = random.Random(0)
     ids = tokenizer.encode(REPLY, add_special_tokens=False)
     times: dict[str, list[float]] = {"mask_ms": [], "tree_ms": []}
     for k in range(len(ids) - CHAIN):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import llguidance
@@ -38,30 +37,23 @@ log = logging.getLogger(__name__)
 MAX_CHOICES = 256
 
 
-@dataclass(frozen=True)
-class Format:
-    """A validated format: its kind (the oneof's field name) and llguidance grammar."""
-
-    kind: str
-    grammar: str
-
-
 def structured_constraint(
     sampling: generation_pb2.SamplingParams, options: SamplingOptions, tokenizer: Tokenizer
 ) -> Constraint | None:
     """A new request's grammar state, or None when it asked for no format."""
-    fmt = compile_format(sampling.structured_output, tokenizer)
-    if fmt is None:
-        return None
-    if options.ignore_eos:
+    if options.ignore_eos and sampling.structured_output.WhichOneof("format"):
         raise InvalidRequest(
             "structured_output cannot be combined with ignore_eos: a format ends at EOS"
         )
-    return Constraint(fmt, tokenizer)
+    return compile_format(sampling.structured_output, tokenizer)
 
 
-def compile_format(spec: generation_pb2.StructuredOutput, tokenizer: Tokenizer) -> Format | None:
-    """The request's format, checked against the model's vocabulary; None when unset."""
+def compile_format(
+    spec: generation_pb2.StructuredOutput, tokenizer: Tokenizer
+) -> Constraint | None:
+    """The format's grammar state at the completion's start, compiled once against the
+    model's vocabulary (a bad format: InvalidRequest with llguidance's reason); None when
+    unset."""
     kind = spec.WhichOneof("format")
     if kind is None:
         return None
@@ -69,10 +61,10 @@ def compile_format(spec: generation_pb2.StructuredOutput, tokenizer: Tokenizer) 
         grammar = _grammar(spec, kind)
     except ValueError as err:
         raise InvalidRequest(f"structured_output.{kind}: {err}") from err
-    error = llguidance.LLMatcher.validate_grammar(grammar, _ll_tokenizer(tokenizer))
-    if error:
-        raise InvalidRequest(f"structured_output.{kind}: {error}")
-    return Format(kind, grammar)
+    constraint = Constraint(kind, grammar, tokenizer)
+    if constraint.error:
+        raise InvalidRequest(f"structured_output.{kind}: {constraint.error}")
+    return constraint
 
 
 def _grammar(spec: generation_pb2.StructuredOutput, kind: str) -> str:
@@ -133,9 +125,11 @@ class _Vocabulary:
 class Constraint:
     """One request's grammar state, following its committed tokens."""
 
-    def __init__(self, fmt: Format, tokenizer: Tokenizer) -> None:
-        self.format = fmt
-        self._matcher = llguidance.LLMatcher(_ll_tokenizer(tokenizer), fmt.grammar)
+    def __init__(self, kind: str, grammar: str, tokenizer: Tokenizer) -> None:
+        self.kind = kind  # the StructuredOutput field it came from
+        # A grammar that does not compile leaves the matcher in its error state (no raise).
+        self._matcher = llguidance.LLMatcher(_ll_tokenizer(tokenizer), grammar, log_level=0)
+        self.error = self._matcher.get_error() if self._matcher.is_error() else ""
         self._words = (tokenizer.vocab_size + 31) // 32
         self._eos = frozenset(tokenizer.eos_token_ids)
 

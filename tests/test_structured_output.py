@@ -30,9 +30,9 @@ def tokenizer() -> Tokenizer:
 
 
 def constraint(tokenizer: Tokenizer, **spec) -> Constraint:
-    fmt = compile_format(pb.StructuredOutput(**spec), tokenizer)
-    assert fmt is not None
-    return Constraint(fmt, tokenizer)
+    c = compile_format(pb.StructuredOutput(**spec), tokenizer)
+    assert c is not None
+    return c
 
 
 def allowed(mask: bytes, vocab: int) -> list[int]:
