@@ -11,11 +11,11 @@ from protos import generation_pb2_grpc
 from router.admission import AdmissionLimits, check_fields, check_prompt_len
 from router.discovery import DraftDiscovery
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
+from router.format_cache import FormatCache
 from router.output import coalesce
 from router.request import TRACE_HEADERS, Request
 from router.scheduler import Scheduler
 from router.strict_parse import Unparsable
-from router.structured_output import structured_constraint
 from router.validation import Limits, prompt_ids, sampling_options
 
 _STATUS = {
@@ -40,12 +40,14 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         self.model_info = model_info
         self.admit = admit or AdmissionLimits()
         self.discoveries = discoveries or []
+        self.formats = FormatCache(scheduler.tokenizer)  # structured output's, compiled once
 
     async def Generate(self, request, context):  # noqa: N802 (gRPC naming)
         self.scheduler.intake.arrived()
         if isinstance(request, Unparsable):  # router/strict_parse.py
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         try:
+            await self.prepare(request)
             req = self._build(request, _trace_context(context))
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded, DuplicateRequest, ServiceFailure) as err:
@@ -110,6 +112,12 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             multi_step_forwards=s.multi_step.num_forwards,
         )
 
+    async def prepare(self, request: pb.GenerateRequest) -> None:
+        """What a request needs before it is built, off the event loop: its structured-output
+        format compiled (router/format_cache.py). A full queue refuses before any of it."""
+        self.scheduler.check_queue()
+        await self.formats.warm(request.sampling.structured_output)
+
     def _build(
         self, request: pb.GenerateRequest, trace_context: dict[str, str] | None = None
     ) -> Request:
@@ -119,7 +127,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
         check_prompt_len(len(ids), self.admit)
         eos_ids = self.scheduler.tokenizer.eos_token_ids
         options = sampling_options(request, len(ids), self.limits, eos_ids)
-        constraint = structured_constraint(request.sampling, options, self.scheduler.tokenizer)
+        constraint = self.formats.constraint(request.sampling, options)
         kv = self.scheduler.kv
         needed = kv.slots_needed(len(ids), options.max_new_tokens)
         if needed > kv.num_total:

@@ -12,7 +12,7 @@ from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest
 from router.request import SamplingOptions
-from router.structured_output import Constraint, _allows, compile_format, structured_constraint
+from router.structured_output import Constraint, _allows, compile_format, refuse_with_ignore_eos
 from router.tokenizer import Tokenizer
 
 SCHEMA = json.dumps(
@@ -126,9 +126,9 @@ def test_gbnf_and_lark_both_compile(tokenizer: Tokenizer) -> None:
         }
 
 
-def test_ignore_eos_is_refused(tokenizer: Tokenizer) -> None:
+def test_ignore_eos_is_refused() -> None:
     sampling = pb.SamplingParams(structured_output=pb.StructuredOutput(json_object=True))
     options = SamplingOptions(max_new_tokens=8, ignore_eos=True)
     with pytest.raises(InvalidRequest, match="ignore_eos"):
-        structured_constraint(sampling, options, tokenizer)
-    assert structured_constraint(pb.SamplingParams(), options, tokenizer) is None
+        refuse_with_ignore_eos(sampling, options)
+    refuse_with_ignore_eos(pb.SamplingParams(), options)  # no format: nothing to refuse

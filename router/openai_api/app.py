@@ -124,7 +124,7 @@ class OpenAIServer:
                                f"serves `{self.model_name}`", "model", "model_not_found")
             trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
             generates = protocol.requests(parsed)
-            reqs = self._submit_all(generates, trace_context)
+            reqs = await self._submit_all(generates, trace_context)
         except ApiError as err:
             return _error(err)
         replies = self._replies(parsed, chat, generates, reqs)
@@ -180,17 +180,20 @@ class OpenAIServer:
         if not self.key_checker(key):
             raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
 
-    def _submit_all(
+    async def _submit_all(
         self, generates: list[pb.GenerateRequest], trace_context: dict[str, str]
     ) -> list[Request]:
-        """Every choice's request, or none: one refused aborts those already submitted."""
+        """Every choice's request, or none: one refused aborts those already submitted. The
+        formats compile first (off the loop), then all are submitted without a pause."""
         reqs: list[Request] = []
         try:
+            for generate in generates:
+                await self.servicer.prepare(generate)
             for generate in generates:
                 req = self.servicer._build(generate, trace_context)  # the gRPC API's validation
                 self.scheduler.submit(req)
                 reqs.append(req)
-        except (InvalidRequest, Overloaded) as err:
+        except (InvalidRequest, Overloaded, ServiceFailure) as err:  # a down target: 503
             for req in reqs:
                 self._abort_unfinished(req)
             raise from_router_error(err) from err
