@@ -1,10 +1,10 @@
 """The target SIGKILLed mid-stream and restarted: streams end UNAVAILABLE at once (well within
-their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE, and once
-the target is back the same router serves again, with its radix cache dropped and outputs as
-before. Then the router's graceful shutdown: SIGTERM drains running streams to their end,
-refuses new ones, and exits 0. And, first (the shutdown ends the module's one stack), a target
-that comes back with other settings: the router follows its pool size and multi-step cap, and
-refuses to serve one whose limits no longer fit what it was built on
+their deadline), the router's health turns NOT_SERVING and refuses new work UNAVAILABLE (HTTP:
+503), and once the target is back the same router serves again, with its radix cache dropped and
+outputs as before. Then the router's graceful shutdown: SIGTERM drains running streams to their
+end, refuses new ones, and exits 0. And, first (the shutdown ends the module's one stack), a
+target that comes back with other settings: the router follows its pool size and multi-step cap,
+and refuses to serve one whose limits no longer fit what it was built on
 (router/target_contract.py)."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
-from splitspec.launcher import LocalStack
+from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.load import SteadyLoad
 from tests.helpers.rpc import assert_slots_accounted
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
@@ -60,6 +62,18 @@ def wait_for(predicate, timeout_s: float, what: str) -> float:
     return time.monotonic() - start
 
 
+def http_completion(stack: LocalStack, prompt: list[int]) -> tuple[int, dict]:
+    """The HTTP API's status and error for a completion of ``prompt``."""
+    body = json.dumps({"prompt": prompt, "max_tokens": 4}).encode()
+    request = urllib.request.Request(f"http://{stack.http_address}/v1/completions", body,
+                                     {"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)["error"]
+
+
 @pytest.fixture(scope="module")
 def pair(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path
@@ -68,9 +82,11 @@ def pair(
     router logs a JSON line per request that ends (--log-requests), failures included."""
     log_dir = tmp_path_factory.mktemp("target-loss")
     target_args = ["--decode-steps", str(STEPS)]
-    router_args = ["--log-requests", "--log-format", "json"]
+    (http_port,) = free_ports(1, "127.0.0.1")
+    router_args = ["--log-requests", "--log-format", "json", "--http-port", str(http_port)]
     with running_stack(log_dir, tiny_model_dir, target_args=target_args,
                        router_args=router_args) as (stack, router):  # fmt: skip
+        stack.http_address = f"127.0.0.1:{http_port}"
         yield stack, router
 
 
@@ -126,6 +142,7 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
                           "router health still SERVING")
     with pytest.raises(grpc.RpcError) as refused:
         router.generate(short[0], timeout_s=10)
+    http_refusal = http_completion(stack, prompts[0])
     stack.target.start()
     stack.target.wait_healthy(120)
     back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
@@ -143,6 +160,8 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
     assert down_after < 5.0
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
     assert "unavailable" in refused.value.details()
+    assert http_refusal[0] == 503 and http_refusal[1]["type"] == "server_error", http_refusal
+    assert "unavailable" in http_refusal[1]["message"]
     assert back_after < 30
     assert status.num_cached_tokens == 0 and status.num_free_slots == status.num_total_slots
     assert again == reference
