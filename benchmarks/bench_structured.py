@@ -1,24 +1,34 @@
 """What structured output costs through the whole stack, and what it buys.
 
-  python -m benchmarks.bench_structured [--device cuda --dtype bfloat16] [--prompts 12]
+  python -m benchmarks.bench_structured [--task instructions|extraction]
+                                        [--device cuda --dtype bfloat16] [--prompts 12]
 
 One stack (router, target, one EAGLE replica on the same device) serves batch-1 greedy
-requests: the hand-written short instructions (benchmarks/data), each with " Answer in JSON."
-appended, replies ending at EOS or max_new_tokens. Four arms: speculation off and on, each
-free and with ``json_object`` (any JSON object). Arms run interleaved prompt by prompt, their
-order turned a place each prompt, every prompt in the radix cache first (as in
-bench_logprobs.py); an arm's tok/s is its tokens over its streams' wall time. The constrained
-arms run one decode step a Forward (on CUDA the LOGITS decode graphs and, greedy up to batch
-4, the masked verify graphs) and the router computes a mask per sampled or verified
-position, so their tok/s are compared with the free arms'.
+requests, replies ending at EOS or max_new_tokens. Two tasks:
 
-Recorded: tok/s and mean acceptance per arm; how many replies parse as a JSON object (free
-and constrained); whether speculation gives exactly target-only's tokens under the
-constraint (greedy).
+- ``instructions`` (the default): the hand-written short instructions (benchmarks/data), each
+  with " Answer in JSON." appended. Four arms: speculation off and on, each free and with
+  ``json_object`` (any JSON object).
+- ``extraction``: a sentence about a person (benchmarks/data/extraction.json) and a request
+  for four fields, held to that file's JSON Schema, whose keys the format forces. Five arms:
+  speculation off and on, free and with the schema, and speculation with the schema but
+  without the forced tokens in its trees (``SpeculationOptions.forced_drafts`` false;
+  router/grammar_tree.py).
+
+Arms run interleaved prompt by prompt, their order turned a place each prompt, every prompt in
+the radix cache first (as in bench_logprobs.py); an arm's tok/s is its tokens over its
+streams' wall time. The constrained arms run one decode step a Forward (on CUDA the LOGITS
+decode graphs and, greedy up to batch 4, the masked verify graphs) and the router computes a
+mask per sampled or verified position, so their tok/s are compared with the free arms'.
+
+Recorded: tok/s, mean acceptance and forced draft tokens per arm; how many replies parse as a
+JSON object; whether speculation gives exactly target-only's tokens under the constraint
+(greedy).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -29,16 +39,34 @@ from protos import generation_pb2 as pb
 from splitspec.client import Client, GenerationResult, build_request
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ARMS = {f"{'spec' if s else 'base'}_{'json' if j else 'free'}": (s, j)
-        for s in (False, True) for j in (False, True)}  # fmt: skip
+EXTRACTION = Path(__file__).resolve().parent / "data" / "extraction.json"
+ASK_FIELDS = " Give the name, birth year (born), city and occupation as JSON."
+
+
+def task(name: str) -> tuple[list[str], dict[str, tuple]]:
+    """The task's prompts and arms: name -> (speculate, format or None, forced drafts)."""
+    if name == "instructions":
+        texts = json.loads(INSTRUCTIONS.read_text())["prompts"]
+        fmt = pb.StructuredOutput(json_object=True)
+        return [f"{t} Answer in JSON." for t in texts], {
+            "base_free": (False, None, True), "base_json": (False, fmt, True),
+            "spec_free": (True, None, True), "spec_json": (True, fmt, True),
+        }  # fmt: skip
+    data = json.loads(EXTRACTION.read_text())
+    fmt = pb.StructuredOutput(json_schema=json.dumps(data["schema"]))
+    return [t + ASK_FIELDS for t in data["prompts"]], {
+        "base_free": (False, None, True), "base_schema": (False, fmt, True),
+        "spec_free": (True, None, True), "spec_schema": (True, fmt, True),
+        "spec_unforced": (True, fmt, False),
+    }  # fmt: skip
 
 
 def one_request(
-    client: Client, ids: list[int], max_new: int, speculate: bool, constrained: bool
+    client: Client, ids: list[int], max_new: int, speculate: bool, fmt, forced: bool
 ) -> GenerationResult:
-    """A batch-1 greedy request for ``ids``, free or held to any JSON object."""
-    fmt = pb.StructuredOutput(json_object=True) if constrained else None
+    """A batch-1 greedy request for ``ids``, free or held to ``fmt``."""
     request = build_request("", False, max_new, 0.0, speculate=speculate, structured_output=fmt)
+    request.speculation.forced_drafts = forced
     request.input_ids.ids.extend(ids)
     return client.generate(request)
 
@@ -53,7 +81,7 @@ def is_json_object(text: str) -> bool:
 def summarize(results: dict[str, list[GenerationResult]]) -> dict:
     rows = {name: arm_row(runs) for name, runs in results.items()}
     for name, row in rows.items():
-        row["ratio_to_free"] = row["tok_s"] / rows[name.rsplit("_", 1)[0] + "_free"]["tok_s"]
+        row["ratio_to_free"] = row["tok_s"] / rows[name.split("_")[0] + "_free"]["tok_s"]
     return rows
 
 
@@ -65,28 +93,45 @@ def arm_row(runs: list[GenerationResult]) -> dict:
     return {
         "tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
         "mean_acceptance_length": sum(accepted) / max(1, len(accepted)),
+        "forced_tokens": sum(f.speculation.forced_tokens for f in finals),
         "json_objects": f"{sum(is_json_object(r.text) for r in runs)}/{len(runs)}",
         "ended_at_eos": sum(f.finish_reason == pb.FINISH_REASON_EOS for f in finals),
     }  # fmt: skip
 
 
+def equal_to_target_only(results: dict[str, list[GenerationResult]]) -> dict[str, str]:
+    """Each constrained speculative arm's replies equal to constrained target-only's."""
+    base = next(runs for name, runs in results.items() if name.startswith("base_") and
+                not name.endswith("_free"))  # fmt: skip
+    return {
+        name: f"{sum(s.token_ids == b.token_ids for s, b in zip(runs, base, strict=True))}"
+        f"/{len(base)}"
+        for name, runs in results.items()
+        if name.startswith("spec_") and not name.endswith("_free")
+    }
+
+
+def add_task(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", choices=("instructions", "extraction"),
+                        default="instructions", help="prompts and format (docstring)")  # fmt: skip
+
+
 def main() -> None:
-    args = bench_args(__doc__.splitlines()[0])
-    texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
-    prompts = chat_ids([f"{text} Answer in JSON." for text in texts])
-    results = run_on_stack(args, prompts, ARMS, one_request)
-    spec, base = results["spec_json"], results["base_json"]
-    equal = sum(s.token_ids == b.token_ids for s, b in zip(spec, base, strict=True))
+    args = bench_args(__doc__.splitlines()[0], add_task)
+    texts, arms = task(args.task)
+    prompts = chat_ids(texts[: args.prompts])
+    results = run_on_stack(args, prompts, arms, one_request)
     record = {
-        "benchmark": "structured_output", "when": utc_now(), "commit": git_commit(),
-        "device": args.device,
+        "benchmark": "structured_output", "task": args.task, "when": utc_now(),
+        "commit": git_commit(), "device": args.device,
         "dtype": args.dtype, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-        "arms": summarize(results), "spec_equals_target_only_json": f"{equal}/{len(spec)}",
+        "arms": summarize(results), "spec_equals_target_only": equal_to_target_only(results),
         "machine": machine_info(0), "versions": versions(),
     }  # fmt: skip
-    print(json.dumps({k: record[k] for k in ("arms", "spec_equals_target_only_json")}, indent=1))
+    print(json.dumps({k: record[k] for k in ("arms", "spec_equals_target_only")}, indent=1))
     stamp = record["when"][:16].replace(":", "").replace("T", "_")
-    out = args.out or RESULTS / f"structured_{args.device}_{stamp}.json"
+    name = "structured" if args.task == "instructions" else f"structured_{args.task}"
+    out = args.out or RESULTS / f"{name}_{args.device}_{stamp}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
 

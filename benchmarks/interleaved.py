@@ -16,13 +16,18 @@ from splitspec.launcher import LocalStack
 OneRequest = Callable[..., GenerationResult]
 
 
-def bench_args(description: str) -> argparse.Namespace:
+def bench_args(
+    description: str, more: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    """The interleaved benchmarks' flags, and ``more`` of a benchmark's own."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--device", default="cpu", help="the target's and the drafter's device")
     p.add_argument("--dtype", default="float32", help="their dtype")
     p.add_argument("--prompts", type=int, default=12, help="short instructions to run")
     p.add_argument("--max-new-tokens", type=int, default=128, help="each reply's length at most")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default: results/)")
+    if more is not None:
+        more(p)
     return p.parse_args()
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from benchmarks.run_record import git_commit, machine_info, utc_now
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
-from router.structured_output import _allows, compile_format
+from router.grammar_tree import allows
+from router.structured_output import compile_format
 from router.tokenizer import Tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,7 +56,7 @@ def walk(tokenizer: Tokenizer) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"mask_ms": [], "tree_ms": []}
     for k in range(len(ids) - CHAIN):
         mask = constraint.mask()
-        allowed = [t for t in range(tokenizer.vocab_size) if _allows(mask, t)]
+        allowed = [t for t in range(tokenizer.vocab_size) if allows(mask, t)]
         root = ids[k - 1] if k else 0
         tree = random_tree(rnd, root, ids[k : k + CHAIN], allowed, tokenizer.vocab_size)
         times["tree_ms"].append(time_ms(lambda: constraint.live_tree(*tree)))  # noqa: B023

@@ -108,10 +108,12 @@ class Choices(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SpeculationOptions(_message.Message):
-    __slots__ = ("enabled",)
+    __slots__ = ("enabled", "forced_drafts")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
+    FORCED_DRAFTS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
-    def __init__(self, enabled: _Optional[bool] = ...) -> None: ...
+    forced_drafts: bool
+    def __init__(self, enabled: _Optional[bool] = ..., forced_drafts: _Optional[bool] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("text", "messages", "input_ids", "request_id", "sampling", "speculation")
@@ -150,16 +152,18 @@ class Timings(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class SpeculationStats(_message.Message):
-    __slots__ = ("verify_steps", "draft_tokens", "accepted_tokens", "mean_acceptance_length")
+    __slots__ = ("verify_steps", "draft_tokens", "accepted_tokens", "mean_acceptance_length", "forced_tokens")
     VERIFY_STEPS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MEAN_ACCEPTANCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    FORCED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     verify_steps: int
     draft_tokens: int
     accepted_tokens: int
     mean_acceptance_length: float
-    def __init__(self, verify_steps: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ...) -> None: ...
+    forced_tokens: int
+    def __init__(self, verify_steps: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., mean_acceptance_length: _Optional[float] = ..., forced_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "logprob", "token", "token_bytes")

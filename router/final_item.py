@@ -29,5 +29,7 @@ def fill_final(
     )
     if req.verify_steps:
         item.speculation.CopyFrom(
-            speculation_stats(req.verify_steps, req.draft_tokens, req.accepted_tokens)
+            speculation_stats(
+                req.verify_steps, req.draft_tokens, req.accepted_tokens, req.forced_tokens
+            )
         )

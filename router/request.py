@@ -81,6 +81,8 @@ class Request:
     verify_steps: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    forced_drafts: bool = True  # structured output's forced tokens grow its draft trees
+    forced_tokens: int = 0  # draft tokens the format forced (router/grammar_tree.py)
     # The prompt's scores (SamplingParams.prompt_logprobs): entries for positions 1.. in order,
     # sent with the first stream item.
     prompt_scores: list = field(default_factory=list)

@@ -135,11 +135,13 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                 f"request needs {needed} KV slots but the pool holds {kv.num_total}; "
                 "shorten the prompt or max_new_tokens"
             )
-        speculate = request.speculation.enabled if request.speculation.HasField("enabled") else None
+        spec = request.speculation
+        speculate = spec.enabled if spec.HasField("enabled") else None
+        forced = spec.forced_drafts if spec.HasField("forced_drafts") else True
         request_id = request.request_id or uuid.uuid4().hex
         return Request(
             request_id, ids, options, speculate, trace_context=trace_context or {},
-            constraint=constraint,
+            constraint=constraint, forced_drafts=forced,
         )  # fmt: skip
 
 

@@ -202,7 +202,9 @@ class Speculation:
         tokens, parents = self._sanitize(req, tree, room=room)
         masks = b""
         if req.constraint is not None:  # structured output: live nodes, each one's mask
-            tokens, parents, masks = req.constraint.live_tree(tokens, parents)
+            grow_to = min(room, self.max_tree_tokens) if req.forced_drafts else 0
+            tokens, parents, masks, forced = req.constraint.live_tree(tokens, parents, grow_to)
+            req.forced_tokens += forced
         self.kv.ensure_slots(req, start + len(tokens))
         item = target_pb2.VerifyItem(
             request_id=req.request_id,

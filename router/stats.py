@@ -11,7 +11,7 @@ from router.request import Request
 
 
 def speculation_stats(
-    verify_steps: int, draft_tokens: int, accepted_tokens: int
+    verify_steps: int, draft_tokens: int, accepted_tokens: int, forced_tokens: int = 0
 ) -> pb.SpeculationStats:
     """Acceptance length counts committed tokens per verify step: accepted drafts + the bonus."""
     mean = (accepted_tokens + verify_steps) / verify_steps if verify_steps else 0.0
@@ -20,6 +20,7 @@ def speculation_stats(
         draft_tokens=draft_tokens,
         accepted_tokens=accepted_tokens,
         mean_acceptance_length=mean,
+        forced_tokens=forced_tokens,
     )
 
 

@@ -4,13 +4,11 @@ allowed-token masks it sends the target (target_service/token_masks.py applies t
 A format (JSON Schema, any JSON object, a regular expression, a Lark or GBNF grammar, a
 choice of strings) compiles to an llguidance matcher once, off the router's event loop, and
 each request with that format gets a copy (router/format_cache.py); a bad one is refused with
-llguidance's own message. The request's matcher then follows its
-committed tokens: every position the target samples gets the mask of the tokens the grammar
-allows there, and a draft tree gets one mask per node, the grammar's state after the node's
-path (found by walking the tree with the matcher and rolling back), so a verified position is
-masked exactly as sequential decoding would mask it. A draft token the grammar forbids can
-never be accepted, and nothing after an EOS is read, so the tree the target verifies drops
-those subtrees: a smaller verify, and fewer masks to send.
+llguidance's own message. The request's matcher then follows its committed tokens: every
+position the target samples gets the mask of the tokens the grammar allows there, and a draft
+tree is cut to the nodes the grammar allows, grown by the tokens it forces, and given one mask
+per node (router/grammar_tree.py), so a verified position is masked exactly as sequential
+decoding would mask it.
 
 JSON keeps llguidance's defaults (whitespace between tokens is free; a schema's
 ``x-guidance`` object may set ``whitespace_flexible``, ``item_separator`` and
@@ -30,6 +28,7 @@ import llguidance
 
 from protos import generation_pb2
 from router.errors import InvalidRequest
+from router.grammar_tree import GrammarTree
 from router.request import SamplingOptions
 from router.tokenizer import Tokenizer
 
@@ -172,41 +171,11 @@ class Constraint:
                       list(token_ids), self._matcher.get_error())  # fmt: skip
 
     def live_tree(
-        self, tokens: Sequence[int], parents: Sequence[int]
-    ) -> tuple[list[int], list[int], bytes]:
+        self, tokens: Sequence[int], parents: Sequence[int], grow_to: int = 0
+    ) -> tuple[list[int], list[int], bytes, int]:
         """A draft tree rooted at the last committed token, cut to the nodes the target could
-        accept, with their masks node-major (VerifyItem.allowed_tokens): node i's is the state
-        after the path root .. i. A node whose token the grammar forbids at its parent is
-        never accepted, and nothing after an EOS is read: those subtrees are dropped."""
-        masks: list[bytes | None] = [None] * len(tokens)
-        masks[0] = self.mask()
-        children: list[list[int]] = [[] for _ in tokens]
-        for node in range(1, len(tokens)):
-            children[parents[node]].append(node)
-        self._walk(0, tokens, children, masks)
-        live = [node for node, mask in enumerate(masks) if mask is not None]
-        index = {node: i for i, node in enumerate(live)}  # a parent precedes its children
-        new_parents = [-1] + [index[parents[node]] for node in live[1:]]
-        return [tokens[n] for n in live], new_parents, b"".join(masks[n] for n in live)  # type: ignore[misc]
-
-    def _walk(
-        self, node: int, tokens: Sequence[int], children: list[list[int]], masks: list
-    ) -> None:
-        """Fills the masks of ``node``'s live descendants (a live node's parent is live)."""
-        ended = self._matcher.is_stopped()  # only EOS may follow, and it ends the request
-        for child in children[node]:
-            token = tokens[child]
-            if not _allows(masks[node], token):
-                continue  # never accepted: dropped with its subtree
-            if ended or token in self._eos:
-                masks[child] = masks[node]  # a stand-in: the request ends at this token
-                continue
-            self._matcher.consume_token(token)
-            masks[child] = self.mask()
-            self._walk(child, tokens, children, masks)
-            self._matcher.rollback(1)
-
-
-def _allows(mask: bytes, token: int) -> bool:
-    byte = token >> 3
-    return byte < len(mask) and bool(mask[byte] >> (token & 7) & 1)
+        accept and grown by the tokens the grammar forces up to ``grow_to`` nodes (0: not
+        grown), with their masks node-major (VerifyItem.allowed_tokens), and how many nodes
+        the grammar forced. router/grammar_tree.py says how."""
+        tree = GrammarTree(self._matcher, self.mask, self._eos, tokens, parents)
+        return (*tree.live(grow_to), tree.num_forced)

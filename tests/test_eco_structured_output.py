@@ -30,13 +30,16 @@ PERSON = {
 ASK = "Describe Ada, who is 36 and likes red, as JSON."
 
 
-def request(speculate: bool, text: str = ASK, **fmt) -> pb.GenerateRequest:
+def request(
+    speculate: bool, text: str = ASK, forced_drafts: bool = True, **fmt
+) -> pb.GenerateRequest:
     req = pb.GenerateRequest()
     req.messages.items.append(pb.ChatMessage(role="user", content=text))
     req.sampling.max_new_tokens = MAX_NEW
     req.sampling.temperature = 0.0
     req.sampling.structured_output.CopyFrom(pb.StructuredOutput(**fmt))
     req.speculation.enabled = speculate
+    req.speculation.forced_drafts = forced_drafts
     return req
 
 
@@ -50,8 +53,12 @@ def check_person(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def person_runs(eco_stack: EcoStack) -> dict:
+    """Target-only, and speculation with and without the format's forced drafts."""
     schema = json.dumps(PERSON)
-    return {s: eco_stack.router.generate(request(s, json_schema=schema)) for s in (True, False)}
+    runs = {s: eco_stack.router.generate(request(s, json_schema=schema)) for s in (True, False)}
+    runs["unforced"] = eco_stack.router.generate(request(True, forced_drafts=False,
+                                                         json_schema=schema))  # fmt: skip
+    return runs
 
 
 def test_json_schema_output_parses_and_conforms(person_runs: dict) -> None:
@@ -61,8 +68,12 @@ def test_json_schema_output_parses_and_conforms(person_runs: dict) -> None:
 
 
 def test_speculation_gives_what_target_only_gives(person_runs: dict) -> None:
+    """With the schema's forced keys in the trees or without (router/grammar_tree.py)."""
+    forced, unforced = person_runs[True].final.speculation, person_runs["unforced"].final.speculation
     assert person_runs[True].token_ids == person_runs[False].token_ids
-    assert person_runs[True].final.speculation.verify_steps > 0, "speculation did not run"
+    assert person_runs["unforced"].token_ids == person_runs[False].token_ids
+    assert forced.verify_steps > 0 and unforced.verify_steps > 0, "speculation did not run"
+    assert forced.forced_tokens > 0 and unforced.forced_tokens == 0, (forced, unforced)
 
 
 def test_regex_and_choice_outputs_match(eco_stack: EcoStack) -> None:

@@ -11,8 +11,9 @@ import pytest
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
 from router.errors import InvalidRequest
+from router.grammar_tree import allows
 from router.request import SamplingOptions
-from router.structured_output import Constraint, _allows, compile_format, refuse_with_ignore_eos
+from router.structured_output import Constraint, compile_format, refuse_with_ignore_eos
 from router.tokenizer import Tokenizer
 
 SCHEMA = json.dumps(
@@ -36,7 +37,7 @@ def constraint(tokenizer: Tokenizer, **spec) -> Constraint:
 
 
 def allowed(mask: bytes, vocab: int) -> list[int]:
-    return [t for t in range(vocab) if _allows(mask, t)]
+    return [t for t in range(vocab) if allows(mask, t)]
 
 
 def test_a_choice_allows_its_strings_then_only_eos(tokenizer: Tokenizer) -> None:
@@ -54,12 +55,12 @@ COMPACT, INDENTED = '{"name": "Ada", "age": 36}', '{\n  "name": "Ada",\n  "age":
 def test_json_follows_the_schema_in_any_layout(tokenizer: Tokenizer, text: str) -> None:
     c = constraint(tokenizer, json_schema=SCHEMA)
     for token in tokenizer.encode(text, add_special_tokens=False):
-        assert _allows(c.mask(), token), tokenizer.decode([token])
+        assert allows(c.mask(), token), tokenizer.decode([token])
         c.advance([token])
     assert allowed(c.mask(), tokenizer.vocab_size) == list(tokenizer.eos_token_ids)
     wrong = constraint(tokenizer, json_schema=SCHEMA)
     wrong.advance(tokenizer.encode('{"name": "Ada", "age": ', add_special_tokens=False))
-    assert not _allows(wrong.mask(), tokenizer.encode('"', add_special_tokens=False)[0])
+    assert not allows(wrong.mask(), tokenizer.encode('"', add_special_tokens=False)[0])
 
 
 def test_live_tree_masks_are_the_sequential_masks(tokenizer: Tokenizer) -> None:
@@ -76,7 +77,7 @@ def test_live_tree_masks_are_the_sequential_masks(tokenizer: Tokenizer) -> None:
     c = constraint(tokenizer, json_schema=SCHEMA)
     c.advance(prefix)
     before = c.mask()
-    live, live_parents, masks = c.live_tree(tokens, parents)
+    live, live_parents, masks, _ = c.live_tree(tokens, parents)
     assert live == tokens[: 1 + len(a) + len(b)] and live_parents == parents[: len(live)]
     width = len(before)
     assert len(masks) == width * len(live) and c.mask() == before
@@ -92,7 +93,7 @@ def test_nothing_after_an_eos_is_kept(tokenizer: Tokenizer) -> None:
     c.advance(enc('{"a": 1}'))
     eos = tokenizer.eos_token_ids[0]
     tokens, parents = [enc("}")[-1], enc(" ")[0], eos, 7], [-1, 0, 0, 2]
-    live, live_parents, masks = c.live_tree(tokens, parents)
+    live, live_parents, masks, _ = c.live_tree(tokens, parents)
     assert live == [tokens[0], eos] and live_parents == [-1, 0]
     assert masks == c.mask() * 2  # the EOS node's rows are a stand-in: the root's mask
 

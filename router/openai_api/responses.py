@@ -47,6 +47,7 @@ def _speculation(stats: list[pb.SpeculationStats]) -> dict[str, Any] | None:
         "draft_tokens": sum(s.draft_tokens for s in stats),
         "accepted_tokens": sum(s.accepted_tokens for s in stats),
         "mean_acceptance_length": committed / steps if steps else 0.0,
+        "forced_tokens": sum(s.forced_tokens for s in stats),
     }
 
 
