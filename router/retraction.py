@@ -85,9 +85,7 @@ class KVPressure:
         start = p.req.num_computed
         if tree is None:
             return start + p.num_tokens
-        spec = self.scheduler.spec
-        size = min(len(tree.token_ids), spec.max_tree_tokens, spec.max_context - start, share)
-        return start + max(1, size)
+        return start + self.scheduler.spec.tree_limit(p.req, len(tree.token_ids), share)
 
     def _shortfall(self, plan: list[Planned], trees: Trees) -> int:
         kv, spec = self.scheduler.kv, self.scheduler.spec

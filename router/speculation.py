@@ -193,16 +193,24 @@ class Speculation:
         share = max(1, self.max_verify_tokens // max(1, len(verify)))
         return [self.verify_item(req, tree, share) for req, tree in verify]
 
+    def tree_limit(self, req: Request, num_nodes: int, share: int) -> int:
+        """Most nodes ``req``'s verified tree has this step, from a tree of ``num_nodes``: a
+        constrained request's may grow by its format's forced tokens (router/grammar_tree.py)
+        to the tree limit. Its slots are reserved for that many (router/retraction.py)."""
+        grows = req.constraint is not None and req.forced_drafts
+        size = self.max_tree_tokens if grows else min(num_nodes, self.max_tree_tokens)
+        return max(1, min(size, self.max_context - req.num_computed, share))
+
     def verify_item(
         self, req: Request, tree: draft_pb2.DraftTree, max_nodes: int
     ) -> target_pb2.VerifyItem:
         """A well-formed tree rooted at the last committed token, with its slots reserved."""
         start = req.num_computed
-        room = min(self.max_context - start, max_nodes)
-        tokens, parents = self._sanitize(req, tree, room=room)
+        limit = self.tree_limit(req, len(tree.token_ids), max_nodes)
+        tokens, parents = self._sanitize(req, tree, room=limit)
         masks = b""
         if req.constraint is not None:  # structured output: live nodes, each one's mask
-            grow_to = min(room, self.max_tree_tokens) if req.forced_drafts else 0
+            grow_to = limit if req.forced_drafts else 0
             tokens, parents, masks, forced = req.constraint.live_tree(tokens, parents, grow_to)
             req.forced_tokens += forced
         self.kv.ensure_slots(req, start + len(tokens))

@@ -69,7 +69,8 @@ def test_json_schema_output_parses_and_conforms(person_runs: dict) -> None:
 
 def test_speculation_gives_what_target_only_gives(person_runs: dict) -> None:
     """With the schema's forced keys in the trees or without (router/grammar_tree.py)."""
-    forced, unforced = person_runs[True].final.speculation, person_runs["unforced"].final.speculation
+    forced = person_runs[True].final.speculation
+    unforced = person_runs["unforced"].final.speculation
     assert person_runs[True].token_ids == person_runs[False].token_ids
     assert person_runs["unforced"].token_ids == person_runs[False].token_ids
     assert forced.verify_steps > 0 and unforced.verify_steps > 0, "speculation did not run"
