@@ -72,7 +72,7 @@ def check_fields(request: pb.GenerateRequest, limits: AdmissionLimits) -> None:
         items = request.messages.items
         if len(items) > limits.max_messages:
             raise InvalidRequest(f"{len(items)} messages; at most {limits.max_messages}")
-        chars = sum(len(m.content) + len(m.role) for m in items)
+        chars = len(request.messages.tools) + sum(_message_chars(m) for m in items)
     else:
         chars = 0
     if chars > limits.max_text_chars:
@@ -82,6 +82,11 @@ def check_fields(request: pb.GenerateRequest, limits: AdmissionLimits) -> None:
         raise InvalidRequest(f"a stop string may have at most {limits.max_stop_chars} characters")
     if len(s.stop_token_ids) > limits.max_stop_token_ids:
         raise InvalidRequest(f"stop_token_ids takes at most {limits.max_stop_token_ids} ids")
+
+
+def _message_chars(message: pb.ChatMessage) -> int:
+    calls = sum(len(c.id) + len(c.name) + len(c.arguments) for c in message.tool_calls)
+    return len(message.role) + len(message.content) + len(message.tool_call_id) + calls
 
 
 def check_prompt_len(num_tokens: int, limits: AdmissionLimits) -> None:

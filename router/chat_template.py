@@ -3,6 +3,9 @@
 Templates come from model files, i.e. untrusted code, so they run in jinja's immutable sandbox.
 The environment matches transformers' (`trim_blocks`, `lstrip_blocks`, `loopcontrols`, and the
 `raise_exception` / `strftime_now` / `tojson` helpers) so the rendered text is byte-identical.
+Tools are passed as transformers passes them (`tools`, None when there are none); a template
+that never reads `tools` gets the chat rewritten in the Hermes format instead
+(router/tool_prompt.py).
 """
 
 import json
@@ -12,7 +15,10 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from router.tool_prompt import hermes_messages, uses_tools
 
 ALLOWED_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -25,19 +31,31 @@ class ChatTemplate:
     """
 
     def __init__(self, source: str, special_tokens: Mapping[str, str]) -> None:
+        env = _environment()
         try:
-            self._template = _environment().from_string(source)
+            self._template = env.from_string(source)
+            self.reads_tools = "tools" in jinja2.meta.find_undeclared_variables(env.parse(source))
         except jinja2.TemplateSyntaxError as e:
             raise ValueError(f"chat template does not compile: {e}") from e
         # Templates read e.g. `bos_token`; transformers passes its special-token strings likewise.
         self._special_tokens = dict(special_tokens)
 
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
-        """The prompt text for `messages`, ending in the assistant header if asked."""
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text for `messages`, ending in the assistant header if asked; `tools`:
+        OpenAI's function definitions (router/tool_prompt.py when the template ignores them)."""
         validate_messages(messages)
+        chat: Sequence[Mapping[str, Any]] = messages
+        if not self.reads_tools and uses_tools(messages, tools):
+            chat, tools = hermes_messages(messages, tools), None
         try:
             return self._template.render(
-                messages=[dict(m) for m in messages],
+                messages=[dict(m) for m in chat],
+                tools=list(tools) if tools else None,
                 add_generation_prompt=add_generation_prompt,
                 **self._special_tokens,
             )

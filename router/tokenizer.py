@@ -99,14 +99,19 @@ class Tokenizer:
         """Text for `ids`; incomplete UTF-8 at either end decodes as U+FFFD."""
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """Prompt ids for a chat, ending in the assistant header; ValueError on a bad chat.
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Prompt ids for a chat (and the tools it may call), ending in the assistant header;
+        ValueError on a bad chat.
 
         Never adds BOS on top of the rendered text: templates that want BOS write it themselves.
         """
         if self._template is None:
             raise ValueError(f"model {self.model_name!r} has no chat template")
-        text = self._template.render(messages, add_generation_prompt=True)
+        text = self._template.render(messages, add_generation_prompt=True, tools=tools)
         return self.encode(text, add_special_tokens=False)
 
     def is_valid_id(self, token_id: int) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protos import generation_pb2
+from router.chat_input import template_input
 from router.errors import InvalidRequest
 from router.request import SamplingOptions
 from router.tokenizer import Tokenizer
@@ -50,11 +51,11 @@ def prompt_ids(
 
 
 def _chat_ids(request: generation_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[int]:
-    messages = [{"role": m.role, "content": m.content} for m in request.messages.items]
-    if not messages:
+    if not request.messages.items:
         raise InvalidRequest("messages is empty")
     try:
-        return tokenizer.apply_chat_template(messages)
+        chat = template_input(request.messages)
+        return tokenizer.apply_chat_template(chat.messages, chat.tools)
     except ValueError as err:
         raise InvalidRequest(str(err)) from err
 

@@ -169,6 +169,8 @@ class OpenAIServer:
             if parsed.echo:
                 tokenizer = self.scheduler.tokenizer
                 reply.echo = Echo.of(generate, req, tokenizer, parsed.scores_only)
+            if parsed.tools is not None:
+                reply.tool_parser = parsed.tools.parser()  # each choice is read on its own
             replies.append(reply)
         return replies
 

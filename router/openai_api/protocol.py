@@ -1,7 +1,7 @@
 """OpenAI request bodies turned into the router's own GenerateRequest.
 
-Only what the server can honour is accepted; a parameter it cannot (tools, suffix, chat's
-best_of > 1) is refused with a 400 naming the parameter, never ignored.
+Only what the server can honour is accepted; a parameter it cannot (suffix, chat's best_of > 1,
+the legacy functions) is refused with a 400 naming the parameter, never ignored.
 Values are then validated by the same code as the gRPC API (router.validation).
 """
 
@@ -16,12 +16,12 @@ from router.openai_api.best_of import parse_best_of, refuse_in_chat
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
 from router.openai_api.formats import set_format
+from router.openai_api.messages import chat_message
+from router.openai_api.tools import ToolRequest, apply_tools, parse_tools
 from router.openai_api.values import is_int, is_int64, is_number
 from router.openai_api.vllm_sampling import vllm_sampling
 from router.validation import MAX_TOP_LOGPROBS
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-         "tool": "tool"}
 UINT64 = (1 << 64) - 1
 
 
@@ -38,6 +38,7 @@ class ParsedRequest:
     scores_only: bool = False  # echo with max_tokens 0: the prompt alone, scored
     best_of: int = 0  # completions: candidates a prompt, the n best returned (0: n; best_of.py)
     hidden_logprobs: bool = False  # best_of ranks by logprobs that the client did not ask for
+    tools: ToolRequest | None = None  # chat: the tools offered (router/openai_api/tools.py)
 
     @property
     def num_candidates(self) -> int:
@@ -68,8 +69,12 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     for i, message in enumerate(messages):
         request.messages.items.append(chat_message(message, f"messages[{i}]"))
     _refuse_unsupported(body, chat=True)
+    tools = parse_tools(body)
     _chat_logprobs(request.sampling, body)
-    return _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
+    parsed = _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
+    if tools is not None:
+        apply_tools(request, tools)  # after _finish: it checks the structured output it set
+    return replace(parsed, tools=tools)
 
 
 def parse_completion(body: dict[str, Any]) -> ParsedRequest:
@@ -127,36 +132,13 @@ def _set_input(request: pb.GenerateRequest, prompt: str | list[int]) -> None:
         request.input_ids.ids.extend(prompt)
 
 
-def chat_message(message: Any, where: str) -> pb.ChatMessage:
-    if not isinstance(message, dict):
-        raise ApiError(400, f"{where} must be an object with role and content", where)
-    role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
-    if role is None:
-        raise ApiError(400, f"{where}.role must be one of {sorted(ROLES)}", f"{where}.role")
-    return pb.ChatMessage(role=role, content=_content(message.get("content"), where))
-
-
-def _content(content: Any, where: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
-                raise ApiError(400, f"{where}.content: only text parts are supported",
-                               f"{where}.content")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise ApiError(400, f"{where}.content must be a string or a list of text parts",
-                   f"{where}.content")
-
-
 def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
     if chat:  # completions take it (router/openai_api/best_of.py)
         refuse_in_chat(body)
-    if body.get("tools") or body.get("functions"):
-        raise ApiError(400, "tools are not supported", "tools")
+    if not chat:  # chat's are router/openai_api/tools.py's
+        for key in ("tools", "functions"):
+            if body.get(key):
+                raise ApiError(400, f"{key} are a chat completions parameter", key)
     if not chat and body.get("suffix"):
         raise ApiError(400, "suffix is not supported", "suffix")
 

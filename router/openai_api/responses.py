@@ -11,6 +11,7 @@ from typing import Any
 from protos import generation_pb2 as pb
 from router.openai_api.echo import Echo, joined
 from router.openai_api.logprobs import chat_logprobs, completion_logprobs, text_len
+from router.openai_api.tool_parse import Parsed, ToolCallParser
 
 FINISH_REASONS: dict[int, str] = {
     pb.FINISH_REASON_STOP: "stop",
@@ -62,6 +63,7 @@ class Reply:
     echo: Echo | None = None  # completions with echo: the prompt leads
     index: int = 0  # the choice's (OpenAI's n: router/openai_api/choices.py)
     id: str = ""
+    tool_parser: ToolCallParser | None = None  # chat with tools: the text is read for calls
     created: int = field(default_factory=lambda: int(time.time()))
     # Where a completion stream's next tokens start in its text (their text_offset).
     _text_offset: int = field(default=0, init=False)
@@ -74,12 +76,12 @@ class Reply:
         their text and logprobs joined, the last item's finish fields."""
         prompt = self._echoed(merged)
         merged = self.shown(merged)
-        reason = FINISH_REASONS.get(merged.finish_reason, "stop")
         if self.chat:
-            choice: dict[str, Any] = {"message": {"role": "assistant", "content": merged.text}}
+            choice: dict[str, Any] = {"message": self._message(merged.text)}
         else:
             choice = {"text": (self.echo.text if self.echo else "") + merged.text}
         logprobs = joined(prompt, self._logprobs(merged))
+        reason = self._reason(merged.finish_reason)  # after _message: it counts the calls
         choice.update(index=self.index, finish_reason=reason, logprobs=logprobs)
         return {**self._head(False), "choices": [choice], "usage": usage(merged)}
 
@@ -92,13 +94,42 @@ class Reply:
         if self.echo and first:
             events.append(self._chunk(self.echo.text, None, self._echoed(item)))
         item = self.shown(item)
-        if item.text or item.logprobs:  # a token without text yet (EOS, half a character)
-            delta = {"content": item.text} if self.chat else item.text
+        last = item.finish_reason != pb.FINISH_REASON_UNSPECIFIED
+        parsed = self._parsed(item.text, last)
+        if parsed.content or item.logprobs:  # a token without text yet (EOS, half a character)
+            delta = {"content": parsed.content} if self.chat else parsed.content
             events.append(self._chunk(delta, None, self._logprobs(item)))
-        if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
-            reason = FINISH_REASONS.get(item.finish_reason, "stop")
-            events.append(self._chunk({} if self.chat else "", reason))
+        for call in parsed.calls:  # each whole, once its block has closed
+            events.append(self._chunk({"tool_calls": [call]}, None))
+        if last:
+            events.append(self._chunk({} if self.chat else "", self._reason(item.finish_reason)))
         return events
+
+    def _parsed(self, text: str, last: bool) -> Parsed:
+        """A stream item's text as content and tool calls (all content without tools)."""
+        if self.tool_parser is None:
+            return Parsed(text)
+        parsed = self.tool_parser.feed(text)
+        if last:
+            rest = self.tool_parser.finish()
+            parsed = Parsed(parsed.content + rest.content, parsed.calls + rest.calls)
+        return parsed
+
+    def _message(self, text: str) -> dict[str, Any]:
+        """A whole chat reply's message: with tools, the calls apart from the content (null
+        when there is none beside them)."""
+        parsed = self._parsed(text, last=True)
+        if not parsed.calls:
+            return {"role": "assistant", "content": parsed.content}
+        calls = [{k: v for k, v in call.items() if k != "index"} for call in parsed.calls]
+        return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}
+
+    def _reason(self, finish_reason: int) -> str:
+        """OpenAI's finish_reason; "tool_calls" when the model stopped after making calls
+        (a reply cut by max_tokens stays "length")."""
+        reason = FINISH_REASONS.get(finish_reason, "stop")
+        made_calls = self.tool_parser is not None and self.tool_parser.num_calls > 0
+        return "tool_calls" if made_calls and reason == "stop" else reason
 
     def shown(self, item: pb.GenerateResponse) -> pb.GenerateResponse:
         """The item as this reply shows it (echo's scores-only drops the sampled token)."""

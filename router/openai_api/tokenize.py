@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from protos import generation_pb2 as pb
+from router.chat_input import template_input
 from router.openai_api.errors import ApiError
-from router.openai_api.protocol import chat_message, flag
+from router.openai_api.messages import chat_message
+from router.openai_api.protocol import flag
+from router.openai_api.tools import apply_tools, parse_tools
 from router.tokenizer import Tokenizer
 
 
 def tokenize(body: dict[str, Any], tokenizer: Tokenizer, max_model_len: int) -> dict[str, Any]:
     """``prompt`` (a string; ``add_special_tokens``, default true) or ``messages`` (a chat,
-    templated as the chat API templates it) as token ids."""
+    templated as the chat API templates it, ``tools`` included) as token ids."""
     prompt, messages = body.get("prompt"), body.get("messages")
     if (prompt is None) == (messages is None):
         raise ApiError(400, "give either prompt (a string) or messages (a chat)", "prompt")
@@ -25,7 +29,7 @@ def tokenize(body: dict[str, Any], tokenizer: Tokenizer, max_model_len: int) -> 
         add_special = flag(body, "add_special_tokens") if "add_special_tokens" in body else True
         tokens = tokenizer.encode(prompt, add_special_tokens=add_special)
     else:
-        tokens = _chat_tokens(messages, tokenizer)
+        tokens = _chat_tokens(body, tokenizer)
     return {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens}
 
 
@@ -56,12 +60,20 @@ def tokenizer_info(tokenizer: Tokenizer, max_model_len: int) -> dict[str, Any]:
     }
 
 
-def _chat_tokens(messages: Any, tokenizer: Tokenizer) -> list[int]:
+def _chat_tokens(body: dict[str, Any], tokenizer: Tokenizer) -> list[int]:
+    """A chat's prompt ids as the chat API builds them, with its tools (and tool_choice)."""
+    messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", "messages")
-    chat = [chat_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    request = pb.GenerateRequest()
+    for i, message in enumerate(messages):
+        request.messages.items.append(chat_message(message, f"messages[{i}]"))
+    tools = parse_tools(body)
+    if tools is not None:
+        apply_tools(request, tools)
     try:
-        return tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in chat])
+        chat = template_input(request.messages)
+        return tokenizer.apply_chat_template(chat.messages, chat.tools)
     except ValueError as err:
         raise ApiError(400, str(err), "messages") from err
 
