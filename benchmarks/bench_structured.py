@@ -14,6 +14,11 @@ requests, replies ending at EOS or max_new_tokens. Two tasks:
   speculation off and on, free and with the schema, and speculation with the schema but
   without the forced tokens in its trees (``SpeculationOptions.forced_drafts`` false;
   router/grammar_tree.py).
+- ``tools``: a question for one of two tools (benchmarks/data/tool_calls.json), sent as the
+  OpenAI API sends ``tool_choice: required`` (router/openai_api/tools.py builds the request:
+  the tools in the prompt, the reply held to a call of either), so the call's markup, the
+  function's name and the argument keys are forced. Three arms: target-only, and speculation
+  with and without the forced tokens.
 
 Arms run interleaved prompt by prompt, their order turned a place each prompt, every prompt in
 the radix cache first (as in bench_logprobs.py); an arm's tok/s is its tokens over its
@@ -40,34 +45,59 @@ from splitspec.client import Client, GenerationResult, build_request
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXTRACTION = Path(__file__).resolve().parent / "data" / "extraction.json"
+TOOL_CALLS = Path(__file__).resolve().parent / "data" / "tool_calls.json"
 ASK_FIELDS = " Give the name, birth year (born), city and occupation as JSON."
 
 
-def task(name: str) -> tuple[list[str], dict[str, tuple]]:
-    """The task's prompts and arms: name -> (speculate, format or None, forced drafts)."""
+def task(name: str) -> tuple[list, dict[str, tuple]]:
+    """The task's prompts (token ids, or a whole request) and arms: name -> (speculate,
+    format or None, forced drafts)."""
+    if name == "tools":
+        return tool_requests(), {
+            "base_call": (False, None, True), "spec_call": (True, None, True),
+            "spec_unforced": (True, None, False),
+        }  # fmt: skip
     if name == "instructions":
         texts = json.loads(INSTRUCTIONS.read_text())["prompts"]
         fmt = pb.StructuredOutput(json_object=True)
-        return [f"{t} Answer in JSON." for t in texts], {
+        return chat_ids([f"{t} Answer in JSON." for t in texts]), {
             "base_free": (False, None, True), "base_json": (False, fmt, True),
             "spec_free": (True, None, True), "spec_json": (True, fmt, True),
         }  # fmt: skip
     data = json.loads(EXTRACTION.read_text())
     fmt = pb.StructuredOutput(json_schema=json.dumps(data["schema"]))
-    return [t + ASK_FIELDS for t in data["prompts"]], {
+    return chat_ids([t + ASK_FIELDS for t in data["prompts"]]), {
         "base_free": (False, None, True), "base_schema": (False, fmt, True),
         "spec_free": (True, None, True), "spec_schema": (True, fmt, True),
         "spec_unforced": (True, fmt, False),
     }  # fmt: skip
 
 
+def tool_requests() -> list[pb.GenerateRequest]:
+    """Each question as the chat API turns it into a request with ``tool_choice: required``."""
+    from router.openai_api.protocol import parse_chat  # the router's, torch-free
+
+    data = json.loads(TOOL_CALLS.read_text())
+    return [
+        parse_chat({"messages": [{"role": "user", "content": question}], "tools": data["tools"],
+                    "tool_choice": "required", "parallel_tool_calls": False}).generate
+        for question in data["questions"]
+    ]  # fmt: skip
+
+
 def one_request(
-    client: Client, ids: list[int], max_new: int, speculate: bool, fmt, forced: bool
+    client: Client, prompt, max_new: int, speculate: bool, fmt, forced: bool
 ) -> GenerationResult:
-    """A batch-1 greedy request for ``ids``, free or held to ``fmt``."""
+    """A batch-1 greedy request for ``prompt`` (token ids, free or held to ``fmt``; or a
+    whole request, with its own format)."""
     request = build_request("", False, max_new, 0.0, speculate=speculate, structured_output=fmt)
+    if isinstance(prompt, pb.GenerateRequest):
+        request.ClearField("input")
+        request.messages.CopyFrom(prompt.messages)
+        request.sampling.structured_output.CopyFrom(prompt.sampling.structured_output)
+    else:
+        request.input_ids.ids.extend(prompt)
     request.speculation.forced_drafts = forced
-    request.input_ids.ids.extend(ids)
     return client.generate(request)
 
 
@@ -81,7 +111,9 @@ def is_json_object(text: str) -> bool:
 def summarize(results: dict[str, list[GenerationResult]]) -> dict:
     rows = {name: arm_row(runs) for name, runs in results.items()}
     for name, row in rows.items():
-        row["ratio_to_free"] = row["tok_s"] / rows[name.split("_")[0] + "_free"]["tok_s"]
+        free = rows.get(name.split("_")[0] + "_free")
+        if free is not None:
+            row["ratio_to_free"] = row["tok_s"] / free["tok_s"]
     return rows
 
 
@@ -112,14 +144,14 @@ def equal_to_target_only(results: dict[str, list[GenerationResult]]) -> dict[str
 
 
 def add_task(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=("instructions", "extraction"),
+    parser.add_argument("--task", choices=("instructions", "extraction", "tools"),
                         default="instructions", help="prompts and format (docstring)")  # fmt: skip
 
 
 def main() -> None:
     args = bench_args(__doc__.splitlines()[0], add_task)
-    texts, arms = task(args.task)
-    prompts = chat_ids(texts[: args.prompts])
+    prompts, arms = task(args.task)
+    prompts = prompts[: args.prompts]
     results = run_on_stack(args, prompts, arms, one_request)
     record = {
         "benchmark": "structured_output", "task": args.task, "when": utc_now(),
