@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-text-chars",
         type=int,
         default=d.max_text_chars,
-        help="a prompt's characters at most (a chat's messages together); longer: INVALID_ARGUMENT",
+        help="a prompt's characters at most (a chat's messages and tool definitions together); "
+        "longer: INVALID_ARGUMENT",
     )
     group.add_argument(
         "--max-stop-chars", type=int, default=d.max_stop_chars, help="characters per stop string"
