@@ -10,15 +10,15 @@ requests, replies ending at EOS or max_new_tokens. Two tasks:
   with " Answer in JSON." appended. Four arms: speculation off and on, each free and with
   ``json_object`` (any JSON object).
 - ``extraction``: a sentence about a person (benchmarks/data/extraction.json) and a request
-  for four fields, held to that file's JSON Schema, whose keys the format forces. Five arms:
-  speculation off and on, free and with the schema, and speculation with the schema but
-  without the forced tokens in its trees (``SpeculationOptions.forced_drafts`` false;
-  router/grammar_tree.py).
+  for four fields, held to that file's JSON Schema, whose keys the format forces. Six arms:
+  speculation off and on, each free, with the schema, and with the schema but without its
+  forced tokens verified (``SpeculationOptions.forced_drafts`` false: none in the draft trees,
+  router/grammar_tree.py, nor target-only chains of them, router/forced_steps.py).
 - ``tools``: a question for one of two tools (benchmarks/data/tool_calls.json), sent as the
   OpenAI API sends ``tool_choice: required`` (router/openai_api/tools.py builds the request:
   the tools in the prompt, the reply held to a call of either), so the call's markup, the
-  function's name and the argument keys are forced. Three arms: target-only, and speculation
-  with and without the forced tokens.
+  function's name and the argument keys are forced. Four arms: speculation off and on, each
+  with and without the forced tokens verified.
 
 Arms run interleaved prompt by prompt, their order turned a place each prompt, every prompt in
 the radix cache first (as in bench_logprobs.py); an arm's tok/s is its tokens over its
@@ -54,7 +54,8 @@ def task(name: str) -> tuple[list, dict[str, tuple]]:
     format or None, forced drafts)."""
     if name == "tools":
         return tool_requests(), {
-            "base_call": (False, None, True), "spec_call": (True, None, True),
+            "base_call": (False, None, True), "base_unforced": (False, None, False),
+            "spec_call": (True, None, True),
             "spec_unforced": (True, None, False),
         }  # fmt: skip
     if name == "instructions":
@@ -68,6 +69,7 @@ def task(name: str) -> tuple[list, dict[str, tuple]]:
     fmt = pb.StructuredOutput(json_schema=json.dumps(data["schema"]))
     return chat_ids([t + ASK_FIELDS for t in data["prompts"]]), {
         "base_free": (False, None, True), "base_schema": (False, fmt, True),
+        "base_unforced": (False, fmt, False),
         "spec_free": (True, None, True), "spec_schema": (True, fmt, True),
         "spec_unforced": (True, fmt, False),
     }  # fmt: skip

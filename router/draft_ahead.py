@@ -17,6 +17,7 @@ in line (their update was delivered).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from protos import draft_pb2, target_pb2
 from router.request import Request
@@ -48,11 +49,16 @@ class DraftAhead:
         verify: list[tuple[Request, draft_pb2.DraftTree]],
         items: list[target_pb2.VerifyItem],
         results: list[target_pb2.VerifyResult],
+        forced: Collection[str] = (),
     ) -> None:
         """Each verified request's update for its drafter, then the next round's Propose on
-        its way for those whose block cannot reach their length."""
+        its way for those whose block cannot reach their length. The ``forced`` ids' trees
+        were their formats' alone (router/forced_steps.py): no drafter had a part."""
         going_on = []
         for (req, _), item, result in zip(verify, items, results, strict=True):
+            if req.request_id in forced:
+                self.spec.after_forced(req, result, len(item.token_ids))
+                continue
             self.spec.after_verify(req, result, len(item.token_ids))
             if len(result.token_ids) < req.options.max_new_tokens - len(req.output_ids):
                 going_on.append(req)

@@ -146,17 +146,19 @@ class Scheduler:
         # step sent ahead: the mode change's cost, like a catch-up, not target-only's rate.
         switched_off = not speculate and self.draft_ahead.out
         trees = await self._trees(plan, speculate, clock)
-        plan, trees = await self.pressure.relieve(plan, trees)
+        forced = self.spec.forced_steps.trees(plan, trees)  # router/forced_steps.py
+        plan, trees = await self.pressure.relieve(plan, trees | forced)
+        drafted = any(request_id not in forced for request_id in trees)
         plain = [p for p in plan if p.req.request_id not in trees]
         verify = [(p.req, trees[p.req.request_id]) for p in plan if p.req.request_id in trees]
         steps = self.multi_step.steps_for(self, plan, trees)  # K decode steps: router/multi_step.py
         replies = await self._call_target(plan, plain, verify, steps, clock)
         if replies is None:
             return
-        done = await self._commit_replies(plain, verify, steps, replies)
+        done = await self._commit_replies(plain, verify, steps, replies, forced)
         await self._finish(done)
         clean = not (caught_up or switched_off)
-        self.mode.measure(plan, self.running, bool(trees), clock, emitted, clean, started)
+        self.mode.measure(plan, self.running, drafted, clock, emitted, clean, started)
 
     async def _trees(
         self, plan: list[Planned], speculate: bool, clock: StepClock
@@ -176,13 +178,14 @@ class Scheduler:
         verify: list[tuple[Request, draft_pb2.DraftTree]],
         steps: int,
         replies: TargetReplies,
+        forced: dict[str, draft_pb2.DraftTree],
     ) -> list[Request]:
         """Sends the next round's Propose ahead (before the commit: it is the round's critical
         path), then commits both replies; returns the requests that finished."""
         forward_reply, verify_reply = replies.forward, replies.verify
         results = list(verify_reply.results) if verify_reply is not None else []
         if verify_reply is not None:
-            await self.draft_ahead.after_verify(verify, replies.verify_items, results)
+            await self.draft_ahead.after_verify(verify, replies.verify_items, results, forced)
         done = self.commit.plain(plain, forward_reply, steps)
         return done + self.commit.verified(verify, replies.verify_items, results)
 

@@ -27,6 +27,7 @@ from router.arguments import add_arguments, config_from_args
 from router.config import RouterConfig
 from router.discovery import DraftDiscovery
 from router.draft_pool import DraftPool
+from router.forced_steps import ForcedSteps
 from router.http_server import start_http
 from router.kv_manager import KVManager
 from router.multi_step import capped_steps
@@ -117,6 +118,7 @@ def build_speculation(
         max_context=info.max_context_length,
         max_verify_tokens=info.max_batch_tokens,
         max_catch_up_per_step=config.max_catch_up_per_step,
+        forced_steps=ForcedSteps.for_target(info),
     )
 
 

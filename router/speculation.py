@@ -18,6 +18,7 @@ from protos import draft_pb2, target_pb2
 from router import telemetry
 from router.catch_up import CatchUp
 from router.draft_pool import DraftPool, DraftReplica
+from router.forced_steps import ForcedSteps
 from router.kv_manager import KVManager
 from router.request import Request
 from router.skipped_rounds import merge_updates, skipped_trees
@@ -70,6 +71,7 @@ class Speculation:
         max_context: int,
         max_verify_tokens: int,
         max_catch_up_per_step: int = MAX_CATCH_UP_PER_STEP,
+        forced_steps: ForcedSteps | None = None,
     ) -> None:
         self.pool = pool
         self.catching_up = CatchUp(pool, target, max_catch_up_per_step, self._lose_replica)
@@ -82,6 +84,8 @@ class Speculation:
         self.max_verify_tokens = max_verify_tokens  # the target's max_batch_tokens
         self.last_draft_compute_ms = 0.0  # the slowest replica's own work in the last propose
         self.last_draft_device_ms = 0.0  # that replica's device time (0: a CPU drafter)
+        # Target-only chains of forced tokens (router/forced_steps.py), as the target allows.
+        self.forced_steps = forced_steps or ForcedSteps(eager_is_fine=True, graph_batch=0)
 
     def wanted(self, req: Request) -> bool:
         return bool(self.pool.replicas) and (
@@ -196,9 +200,13 @@ class Speculation:
     def tree_limit(self, req: Request, num_nodes: int, share: int) -> int:
         """Most nodes ``req``'s verified tree has this step, from a tree of ``num_nodes``: a
         constrained request's may grow by its format's forced tokens (router/grammar_tree.py)
-        to the tree limit. Its slots are reserved for that many (router/retraction.py)."""
-        grows = req.constraint is not None and req.forced_drafts
-        size = self.max_tree_tokens if grows else min(num_nodes, self.max_tree_tokens)
+        to the tree limit, or to its last token. Its slots are reserved for that many
+        (router/retraction.py)."""
+        size = min(num_nodes, self.max_tree_tokens)
+        if req.constraint is not None and req.forced_drafts:
+            # Not past the request's last token: a target-only request's slots end there.
+            remaining = req.options.max_new_tokens - len(req.output_ids)
+            size = max(size, min(self.max_tree_tokens, remaining))
         return max(1, min(size, self.max_context - req.num_computed, share))
 
     def verify_item(
@@ -220,7 +228,7 @@ class Speculation:
             token_ids=tokens,
             parent_indices=parents,
             new_slots=req.slots[req.num_sent_slots :],
-            return_hidden=bool(req.replica.info and req.replica.info.needs_hidden),
+            return_hidden=bool(req.replica and req.replica.info and req.replica.info.needs_hidden),
             allowed_tokens=masks,
         )
         req.num_sent_slots = len(req.slots)
@@ -245,6 +253,14 @@ class Speculation:
             tokens, parents = [0], [-1]
         tokens[0] = req.output_ids[-1]  # the root is ours to state, whatever the drafter said
         return tokens, parents
+
+    def after_forced(self, req: Request, result: target_pb2.VerifyResult, num_nodes: int) -> None:
+        """A target-only step's Verify of the tokens the format forced (router/forced_steps.py):
+        counted as a round, and, like any target-only step, it leaves the drafter behind."""
+        req.verify_steps += 1
+        req.draft_tokens += num_nodes - 1
+        req.accepted_tokens += result.num_accepted
+        req.draft_synced = False
 
     def after_verify(self, req: Request, result: target_pb2.VerifyResult, num_nodes: int) -> None:
         if log.isEnabledFor(logging.DEBUG):  # --log-level debug; else nothing per round

@@ -170,6 +170,12 @@ class Constraint:
             log.error("structured output: committed tokens %s broke the grammar: %s",
                       list(token_ids), self._matcher.get_error())  # fmt: skip
 
+    def forces_at_least(self, count: int) -> bool:
+        """Whether the format forces ``count`` tokens or more next, EOS aside (1-40 us on the
+        dev box)."""
+        forced = self._matcher.compute_ff_tokens()
+        return len(forced) >= count and not self._eos.intersection(forced[:count])
+
     def live_tree(
         self, tokens: Sequence[int], parents: Sequence[int], grow_to: int = 0
     ) -> tuple[list[int], list[int], bytes, int]:

@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import target_pb2
+from router.forced_steps import ForcedSteps
 from router.scheduler import Scheduler
 from router.target_client import TargetClient
 from router.target_contract import TargetContract
@@ -101,6 +102,7 @@ class TargetWatch:
         if self._back is not None and not self.scheduler.in_flight:
             # The radix cache pointed at dead KV; the pool may have another size now.
             self.scheduler.replace_kv(self.contract.adopt(self._back, self.scheduler.multi_step))
+            self.scheduler.spec.forced_steps = ForcedSteps.for_target(self._back)
             self._back, self.up = None, True
             self.scheduler.target_unavailable = None
             for name in self.names:

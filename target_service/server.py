@@ -108,6 +108,9 @@ def target_info(engine: TargetEngine) -> target_pb2.TargetInfo:
         decode_graph_batches=engine.graphs.captured_batches() if engine.graphs else [],
         exact_numerics=cfg.exact,
         max_decode_steps=cfg.max_decode_steps,
+        masked_verify_graph_batch=(
+            engine.verify_graphs.masked_graph_batch() if engine.verify_graphs else 0
+        ),
     )
 
 

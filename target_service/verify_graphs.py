@@ -169,6 +169,12 @@ class VerifyGraphRunner:
             and not (masked and batch > MASKED_MAX_BATCH)
         )
 
+    def masked_graph_batch(self) -> int:
+        """Most trees a greedy masked verify may have and still replay a graph (0: none)."""
+        if not self.use_graphs:
+            return 0
+        return max((b for b in self.batch_buckets if b <= MASKED_MAX_BATCH), default=0)
+
     def capture_all(self) -> None:
         """Captures every (batch, tree) bucket, largest first, into one memory pool."""
         if not self.use_graphs:

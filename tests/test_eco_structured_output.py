@@ -77,6 +77,22 @@ def test_speculation_gives_what_target_only_gives(person_runs: dict) -> None:
     assert forced.forced_tokens > 0 and unforced.forced_tokens == 0, (forced, unforced)
 
 
+def test_target_only_chains_of_forced_tokens_change_nothing(eco_stack: EcoStack) -> None:
+    """A regex that forces "Answer: " and ". Sure: ": target-only steps verify them as chains
+    (router/forced_steps.py) and give the tokens the plain Forwards give."""
+    regex = r"Answer: (yes|no)\. Sure: [0-9]"
+    text = "Is the sky blue? Say how sure you are, 0 to 9."
+    chained, plain = (
+        eco_stack.router.generate(request(False, text, forced_drafts=forced, regex=regex))
+        for forced in (True, False)
+    )
+    assert re.fullmatch(regex, chained.text), chained.text
+    assert chained.token_ids == plain.token_ids
+    stats = chained.final.speculation
+    assert stats.forced_tokens >= 4 and stats.accepted_tokens == stats.forced_tokens, stats
+    assert not plain.final.HasField("speculation")
+
+
 def test_regex_and_choice_outputs_match(eco_stack: EcoStack) -> None:
     date = r"\d{4}-\d{2}-\d{2}"
     stream = eco_stack.router.generate(

@@ -1,7 +1,7 @@
 """Speculation.tree_limit, on the default model's tokenizer: a constrained request's verified
-tree may grow by its format's forced tokens (router/grammar_tree.py) to the tree limit, and
-its slots are reserved for that many (router/retraction.py); an unconstrained one's, or one
-with forced drafts off, is its drafted tree's size."""
+tree may grow by its format's forced tokens (router/grammar_tree.py) to the tree limit or its
+last token, and its slots are reserved for that many (router/retraction.py); an unconstrained
+one's, or one with forced drafts off, is its drafted tree's size."""
 
 from __future__ import annotations
 
@@ -44,5 +44,8 @@ def test_the_tree_limit_leaves_room_to_grow(tokenizer: Tokenizer) -> None:
     assert spec.tree_limit(grows, 1, 8) == 8  # within its share of the Verify
     assert spec.tree_limit(off, 1, 256) == spec.tree_limit(free, 1, 256) == 1
     assert spec.tree_limit(free, 40, 256) == 16
-    grows.num_computed = 95
+    grows.output_ids = [4] * 60  # 4 tokens left of 64: the slots reserved end there
+    assert spec.tree_limit(grows, 1, 256) == 4
+    assert spec.tree_limit(grows, 12, 256) == 12  # a drafted tree's own size stands
+    grows.output_ids, grows.num_computed = [4], 95
     assert spec.tree_limit(grows, 1, 256) == 5  # and the context's end

@@ -201,3 +201,11 @@ def test_smaller_steps_over_poisoned_buffers_equal_the_engines_verify(
                 assert hidden_g is not None and hidden_g.is_contiguous()
                 torch.testing.assert_close(hidden_g, hidden_w, rtol=1e-5, atol=1e-5)
     assert_same_live_pools(fixed, plain)
+
+
+def test_it_advertises_the_masked_batch_its_graphs_take(engine_model_dir: Path) -> None:
+    """TargetInfo.masked_verify_graph_batch: the router gives forced-token chains to no more
+    trees than this on CUDA (router/forced_steps.py); a CPU runner captures nothing."""
+    engine = make_engine(load_copy(engine_model_dir, DEVICE, torch.float32), runner=True)
+    assert engine.verify_graphs is not None
+    assert engine.verify_graphs.masked_graph_batch() == (4 if DEVICE == "cuda" else 0)
