@@ -134,14 +134,14 @@ def arm_row(runs: list[GenerationResult]) -> dict:
 
 
 def equal_to_target_only(results: dict[str, list[GenerationResult]]) -> dict[str, str]:
-    """Each constrained speculative arm's replies equal to constrained target-only's."""
-    base = next(runs for name, runs in results.items() if name.startswith("base_") and
-                not name.endswith("_free"))  # fmt: skip
+    """Each other constrained arm's replies equal to constrained target-only's (the first
+    constrained arm without speculation)."""
+    constrained = [name for name in results if not name.endswith("_free")]
+    base = results[constrained[0]]
     return {
-        name: f"{sum(s.token_ids == b.token_ids for s, b in zip(runs, base, strict=True))}"
+        name: f"{sum(s.token_ids == b.token_ids for s, b in zip(results[name], base, strict=True))}"
         f"/{len(base)}"
-        for name, runs in results.items()
-        if name.startswith("spec_") and not name.endswith("_free")
+        for name in constrained[1:]
     }
 
 
