@@ -9,9 +9,9 @@ in one pass, so the step commits the forced tokens and the token after them wher
 would commit one. A verified node never changes what the target emits, so the output is the
 Forward's.
 
-When it pays (bench_structured, CPU, 2026-12-04): tool calls with ``tool_choice: required``,
-long chains, 2.09x target-only without it; an extraction schema's one-token keys, 1.00x (a CPU
-verify of two nodes costs about two decode steps), hence MIN_CHAIN. On CUDA a masked verify
+When it pays (bench_structured, CPU): tool calls with ``tool_choice: required``, long chains,
+2.26x target-only without it (2026-12-05 00:04); an extraction schema's one-token keys, 1.00x
+(2026-12-04 23:46: a CPU verify of two nodes costs about two decode steps), hence MIN_CHAIN. On CUDA a masked verify
 replays a graph only greedy, without penalties, and up to the target's
 ``masked_verify_graph_batch`` trees; any other runs eagerly, several decode steps' time, so
 there only those requests get chains, and no more of them than that batch.

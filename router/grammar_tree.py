@@ -13,8 +13,8 @@ model would write unconstrained and the grammar drops it; the walk then hangs th
 under each live leaf, in the room the tree has (the router's tree limit, the dropped nodes
 freeing theirs). A node added to a tree never changes what the target emits (greedy follows
 its argmax and sampling its tree rejection rule, target_service/tree_sampling.py), and a forced
-token is the only one its parent's mask allows when llguidance's tokenization is the model's,
-so such a node is accepted whenever its parent is.
+token is llguidance's tokenization of text the model must write, so it is accepted whenever
+its parent is and the model tokenizes the text alike (greedy, it did in every benchmark run).
 """
 
 from __future__ import annotations
