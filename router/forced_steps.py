@@ -11,10 +11,10 @@ Forward's.
 
 When it pays (bench_structured, CPU): tool calls with ``tool_choice: required``, long chains,
 2.26x target-only without it (2026-12-05 00:04); an extraction schema's one-token keys, 1.00x
-(2026-12-04 23:46: a CPU verify of two nodes costs about two decode steps), hence MIN_CHAIN. On CUDA a masked verify
-replays a graph only greedy, without penalties, and up to the target's
-``masked_verify_graph_batch`` trees; any other runs eagerly, several decode steps' time, so
-there only those requests get chains, and no more of them than that batch.
+(2026-12-04 23:46: a CPU verify of two nodes costs about two decode steps), hence MIN_CHAIN.
+On CUDA a masked verify replays a graph only greedy, without penalties, and up to the
+target's ``masked_verify_graph_batch`` trees; any other runs eagerly, several decode steps'
+time, so there only those requests get chains, and no more of them than that batch.
 """
 
 from __future__ import annotations
