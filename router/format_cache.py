@@ -5,15 +5,18 @@ vocabulary's first view 0.18 s more), and the router's event loop also drives ev
 request's round and stream. So a format not seen lately compiles in a worker thread (llguidance
 releases the GIL while it compiles), and a request gets a copy of the compiled matcher (4-25 us):
 an app that sends one schema with every request, or ``n`` choices of one request, compile it once.
-Refusals are kept too, so a bad format sent again is refused at once.
+Refusals are kept too, so a bad format sent again is refused at once. Lookups, compilations
+and refusals are reported to router.telemetry (Prometheus: router/metrics.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 
 from protos import generation_pb2
+from router import telemetry
 from router.request import SamplingOptions
 from router.structured_output import (
     CompiledFormat,
@@ -40,6 +43,7 @@ class FormatCache:
         if spec.WhichOneof("format") is None:
             return
         key = _key(spec)
+        telemetry.observer().format_looked_up(hit=key in self._kept)
         if key in self._kept:
             return
         pending = self._compiling.get(key)
@@ -66,11 +70,18 @@ class FormatCache:
             compiled = self._compile(spec)
             assert compiled is not None  # a format is set
         self._keep(key, compiled)
+        if compiled.error:  # each request sent with it, though the refusal is kept
+            telemetry.observer().format_refused(compiled.kind)
         return compiled.constraint()
 
     def _compile(self, spec: generation_pb2.StructuredOutput) -> CompiledFormat | None:
+        """Runs in a worker thread (``warm``) or on the caller's (``constraint``)."""
         self.num_compiled += 1
-        return compile_spec(spec, self._tokenizer)
+        started = time.perf_counter()
+        compiled = compile_spec(spec, self._tokenizer)
+        if compiled is not None:
+            telemetry.observer().format_compiled(compiled.kind, time.perf_counter() - started)
+        return compiled
 
     def _keep(self, key: bytes, compiled: CompiledFormat) -> None:
         self._kept[key] = compiled

@@ -100,6 +100,7 @@ class Scheduler:
         self.commit.open(req)
         self.waiting.append(req)
         self._wakeup.set()
+        telemetry.observer().request_admitted(req)
 
     def abort(self, request_id: str) -> bool:
         req = self.in_flight.get(request_id)

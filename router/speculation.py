@@ -221,6 +221,8 @@ class Speculation:
             grow_to = limit if req.forced_drafts else 0
             tokens, parents, masks, forced = req.constraint.live_tree(tokens, parents, grow_to)
             req.forced_tokens += forced
+            if forced:
+                telemetry.observer().tokens_forced(forced)
         self.kv.ensure_slots(req, start + len(tokens))
         item = target_pb2.VerifyItem(
             request_id=req.request_id,

@@ -2,8 +2,10 @@
 
 The scheduler, the speculative round and the draft pool call ``observer()``'s methods at the
 points that matter (a block of tokens committed, a request finished, a tree verified, a draft
-call made). ``router.metrics`` installs an observer that feeds Prometheus; with none installed
-the calls cost a method lookup. Only the scheduler's asyncio task calls these, so no locks.
+call made), and so do admission, the format cache and the HTTP API (a request admitted, a
+format compiled or refused, tool calls made). ``router.metrics`` installs an observer that feeds
+Prometheus; with none installed the calls cost a method lookup. All run on the router's event
+loop, so no locks, except ``format_compiled``: a worker thread compiles (router/format_cache.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,30 @@ class Observer:
 
     def draft_failure(self, address: str, reason: str) -> None:
         """A draft replica was taken out of rotation."""
+
+    def request_admitted(self, req: Any) -> None:
+        """``req`` passed validation and joined the scheduler's queue (either API)."""
+
+    def format_looked_up(self, hit: bool) -> None:
+        """A request's structured-output format was looked up: kept compiled (or refused), or
+        not (it waited for a compilation, its own or a concurrent request's)."""
+
+    def format_compiled(self, kind: str, seconds: float) -> None:
+        """A format of ``kind`` (a StructuredOutput field) took ``seconds`` to compile, or to
+        fail to. Mostly called from a worker thread: an observer must be thread-safe here."""
+
+    def format_refused(self, kind: str) -> None:
+        """A request was refused because its format of ``kind`` does not compile."""
+
+    def tokens_forced(self, num_tokens: int) -> None:
+        """A tree on its way to Verify holds ``num_tokens`` drafts that its request's format
+        forced (router/grammar_tree.py); they count in usage's ``forced_tokens`` too."""
+
+    def tools_offered(self, tool_choice: str) -> None:
+        """An HTTP request with tools was admitted: ``auto``, ``required``, ``named``, ``none``."""
+
+    def tool_calls_made(self, num_calls: int) -> None:
+        """A reply sent to an HTTP client held ``num_calls`` tool calls."""
 
 
 _observer: Observer = Observer()
@@ -85,6 +111,34 @@ class FanOut(Observer):
     def draft_failure(self, address: str, reason: str) -> None:
         for o in self.pair:
             o.draft_failure(address, reason)
+
+    def request_admitted(self, req: Any) -> None:
+        for o in self.pair:
+            o.request_admitted(req)
+
+    def format_looked_up(self, hit: bool) -> None:
+        for o in self.pair:
+            o.format_looked_up(hit)
+
+    def format_compiled(self, kind: str, seconds: float) -> None:
+        for o in self.pair:
+            o.format_compiled(kind, seconds)
+
+    def format_refused(self, kind: str) -> None:
+        for o in self.pair:
+            o.format_refused(kind)
+
+    def tokens_forced(self, num_tokens: int) -> None:
+        for o in self.pair:
+            o.tokens_forced(num_tokens)
+
+    def tools_offered(self, tool_choice: str) -> None:
+        for o in self.pair:
+            o.tools_offered(tool_choice)
+
+    def tool_calls_made(self, num_calls: int) -> None:
+        for o in self.pair:
+            o.tool_calls_made(num_calls)
 
 
 @contextlib.contextmanager

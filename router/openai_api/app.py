@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from protos import generation_pb2 as pb
+from router import telemetry
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol, tokenize
 from router.openai_api.best_of import ranked
@@ -127,6 +128,8 @@ class OpenAIServer:
             reqs = await self._submit_all(generates, trace_context)
         except ApiError as err:
             return _error(err)
+        if parsed.tools is not None:
+            telemetry.observer().tools_offered(parsed.tools.choice_label)
         replies = self._replies(parsed, chat, generates, reqs)
         if parsed.stream:
             events = self._events(reqs, replies, parsed.num_candidates)
@@ -148,6 +151,7 @@ class OpenAIServer:
         for index, i in enumerate(chosen):
             replies[i].index = index  # best_of's choices are numbered in rank order
         bodies = [replies[i].whole(wholes[i]) for i in chosen]
+        _report_tool_calls(replies[i] for i in chosen)  # whole() has parsed their text
         choices = [body["choices"][0] for body in bodies]
         shown = [reply.shown(whole) for reply, whole in zip(replies, wholes, strict=True)]
         total = usage(*shown, n=parsed.num_candidates)  # every candidate's tokens: all billed
@@ -250,6 +254,7 @@ class OpenAIServer:
                 first = False
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
                     finals[reply.index] = reply.shown(item)
+                    _report_tool_calls([reply])
                     return
         finally:
             self._abort_unfinished(req)
@@ -257,6 +262,13 @@ class OpenAIServer:
     def _abort_unfinished(self, req: Request) -> None:
         if not req.finished:
             self.scheduler.abort(req.request_id)
+
+
+def _report_tool_calls(replies: Iterable[Reply]) -> None:
+    """Counts the tool calls of replies whose whole text their parsers have read."""
+    made = sum(r.tool_parser.num_calls for r in replies if r.tool_parser is not None)
+    if made:
+        telemetry.observer().tool_calls_made(made)
 
 
 async def _next_item(req: Request) -> pb.GenerateResponse:

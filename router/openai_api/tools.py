@@ -49,6 +49,11 @@ class ToolRequest:
         return self.choice in ("required", "function")
 
     @property
+    def choice_label(self) -> str:
+        """The choice as /metrics labels it: ``auto``, ``required``, ``named`` or ``none``."""
+        return "named" if self.choice == "function" else self.choice
+
+    @property
     def max_calls(self) -> int | None:
         """Calls a reply may make (None: any number)."""
         return None if self.parallel and self.choice != "function" else 1
