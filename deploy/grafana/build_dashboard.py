@@ -65,6 +65,22 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         (f"rate(splitspec:prefix_cache_hits_total{R}) / "
          f"rate(splitspec:prefix_cache_queries_total{R})", "hit rate"),
     ]),
+    ("Structured output: requests / s by format, forced draft tokens / s", "short", [
+        (f"sum by (format) (rate(splitspec:structured_output_requests_total{R}))", "{{format}}"),
+        (f"sum by (format) (rate(splitspec:structured_output_refused_total{R}))",
+         "refused {{format}}"),
+        (f"rate(splitspec:spec_decode_num_forced_tokens_total{R})", "forced tokens"),
+    ]),
+    ("Format compile time, cache hit rate", "s", [
+        *quantiles("structured_output_compile_seconds"),
+        (f"rate(splitspec:structured_output_cache_hits_total{R}) / "
+         f"rate(splitspec:structured_output_cache_queries_total{R})", "cache hit rate"),
+    ]),
+    ("Tool calling: requests / s by tool_choice, calls / s", "reqps", [
+        (f"sum by (tool_choice) (rate(splitspec:tool_call_requests_total{R}))",
+         "{{tool_choice}}"),
+        (f"rate(splitspec:tool_calls_total{R})", "calls made"),
+    ]),
 ]
 
 
