@@ -79,66 +79,24 @@ def install(new: Observer) -> None:
 
 
 class FanOut(Observer):
-    """Two observers in turn (nested for more)."""
+    """Two observers in turn (nested for more); each hook below passes its call to both."""
 
     def __init__(self, first: Observer, second: Observer) -> None:
         self.pair = (first, second)
 
-    def tokens_committed(self, req: Any, num_tokens: int, now: float) -> None:
-        for o in self.pair:
-            o.tokens_committed(req, num_tokens, now)
 
-    def request_finished(self, req: Any, reason: int, now: float) -> None:
+def _passed_on(name: str) -> Any:
+    def hook(self: FanOut, *args: Any, **kwargs: Any) -> None:
         for o in self.pair:
-            o.request_finished(req, reason, now)
+            getattr(o, name)(*args, **kwargs)
 
-    def request_failed(self, req: Any, message: str, now: float) -> None:
-        for o in self.pair:
-            o.request_failed(req, message, now)
+    hook.__name__ = hook.__qualname__ = name
+    return hook
 
-    def tree_verified(self, num_draft_tokens: int, num_accepted: int) -> None:
-        for o in self.pair:
-            o.tree_verified(num_draft_tokens, num_accepted)
 
-    def target_call(self, method: str, device_ms: float) -> None:
-        for o in self.pair:
-            o.target_call(method, device_ms)
-
-    def draft_call(self, address: str, method: str, seconds: float) -> None:
-        for o in self.pair:
-            o.draft_call(address, method, seconds)
-
-    def draft_failure(self, address: str, reason: str) -> None:
-        for o in self.pair:
-            o.draft_failure(address, reason)
-
-    def request_admitted(self, req: Any) -> None:
-        for o in self.pair:
-            o.request_admitted(req)
-
-    def format_looked_up(self, hit: bool) -> None:
-        for o in self.pair:
-            o.format_looked_up(hit)
-
-    def format_compiled(self, kind: str, seconds: float) -> None:
-        for o in self.pair:
-            o.format_compiled(kind, seconds)
-
-    def format_refused(self, kind: str) -> None:
-        for o in self.pair:
-            o.format_refused(kind)
-
-    def tokens_forced(self, num_tokens: int) -> None:
-        for o in self.pair:
-            o.tokens_forced(num_tokens)
-
-    def tools_offered(self, tool_choice: str) -> None:
-        for o in self.pair:
-            o.tools_offered(tool_choice)
-
-    def tool_calls_made(self, num_calls: int) -> None:
-        for o in self.pair:
-            o.tool_calls_made(num_calls)
+for _name, _hook in list(vars(Observer).items()):
+    if callable(_hook) and not _name.startswith("_"):
+        setattr(FanOut, _name, _passed_on(_name))
 
 
 @contextlib.contextmanager
