@@ -3,7 +3,7 @@
 # and JSON under $OUT. The box lacks some wheels and the default model, and a call carries at
 # most 64 MiB, so they come from git-ignored folders named in the call's carry list:
 #   .whl/        cp312 wheels (grpcio 1.85.1, its health/reflection, protobuf 7, gguf, starlette,
-#                uvicorn), installed into /tmp/site
+#                uvicorn, llguidance 1.9.1), installed into /tmp/site
 #   .model/X/    parts of the 98 MB GGUF (gguf.part00..02, a call each) and prompts.json, kept
 #                in /root/model-parts while the machine stays warm; the GGUF is assembled and
 #                checked against gguf.sha256 once all three are there
@@ -14,7 +14,8 @@
 # acceptance (offline acceptance by tree shape, eager and graphs), router_logs (missed deadlines),
 # draft_profile (the kernels of an 8,8,64 round),
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
-# the services during EAGLE rounds), bench PHASE... (benchmarks/bench_gpu.py phases; last).
+# the services during EAGLE rounds), structured (benchmarks/bench_structured.py in bf16, each
+# task in STRUCTURED_TASKS), bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
 # (GPU_TESTS, BENCH_ARGS, BENCH_NAME and BENCH_TIMEOUT in the environment adjust the tests and
 # the bench.)
@@ -89,6 +90,11 @@ while [ $# -gt 0 ]; do
       # Rounds the router ran without the drafter (a Propose past its deadline) per bench stack.
       for log in /tmp/bench-gpu-*/router.log; do
         echo "$log: $(grep -c 'missed a' "$log") missed deadlines, $(grep -c WARN "$log") warnings"
+      done ;;
+    structured)
+      for task in ${STRUCTURED_TASKS:-tools extraction instructions}; do
+        timeout 200 python3 -m benchmarks.bench_structured --device cuda --dtype bfloat16 \
+          --task "$task" --out "$out/structured_$task.json" 2>&1 | tail -4
       done ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
