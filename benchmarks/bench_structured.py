@@ -1,6 +1,6 @@
 """What structured output costs through the whole stack, and what it buys.
 
-  python -m benchmarks.bench_structured [--task instructions|extraction]
+  python -m benchmarks.bench_structured [--task instructions|extraction|tools|auto]
                                         [--device cuda --dtype bfloat16] [--prompts 12]
 
 One stack (router, target, one EAGLE replica on the same device) serves batch-1 greedy
@@ -19,6 +19,11 @@ requests, replies ending at EOS or max_new_tokens. Two tasks:
   the tools in the prompt, the reply held to a call of either), so the call's markup, the
   function's name and the argument keys are forced. Four arms: speculation off and on, each
   with and without the forced tokens verified.
+- ``auto``: the same questions with ``tool_choice: auto``, whose grammar leaves the text free
+  and checks a call once the model opens one (router/openai_api/tool_grammar.py). The default
+  model mostly answers in prose, so this is what the check costs a reply that calls nothing.
+  Four arms: speculation off and on, each with the request's grammar and without it (the same
+  prompt, unconstrained, as vLLM's ``auto`` runs).
 
 Arms run interleaved prompt by prompt, their order turned a place each prompt, every prompt in
 the radix cache first (as in bench_logprobs.py); an arm's tok/s is its tokens over its
@@ -27,8 +32,9 @@ decode graphs and, greedy up to batch 4, the masked verify graphs) and the route
 mask per sampled or verified position, so their tok/s are compared with the free arms'.
 
 Recorded: tok/s, mean acceptance and forced draft tokens per arm; how many replies parse as a
-JSON object; whether speculation gives exactly target-only's tokens under the constraint
-(greedy).
+JSON object and how many ``<tool_call>`` blocks they open; whether speculation gives exactly
+target-only's tokens under the constraint (greedy); for ``auto``, how many replies the grammar
+left as they were.
 """
 
 from __future__ import annotations
@@ -49,11 +55,19 @@ TOOL_CALLS = Path(__file__).resolve().parent / "data" / "tool_calls.json"
 ASK_FIELDS = " Give the name, birth year (born), city and occupation as JSON."
 
 
+NO_FORMAT = pb.StructuredOutput()  # an arm that drops a whole request's own format
+
+
 def task(name: str) -> tuple[list, dict[str, tuple]]:
     """The task's prompts (token ids, or a whole request) and arms: name -> (speculate,
     format or None, forced drafts)."""
+    if name == "auto":
+        return tool_requests("auto"), {
+            "base_free": (False, NO_FORMAT, True), "base_checked": (False, None, True),
+            "spec_free": (True, NO_FORMAT, True), "spec_checked": (True, None, True),
+        }  # fmt: skip
     if name == "tools":
-        return tool_requests(), {
+        return tool_requests("required"), {
             "base_call": (False, None, True), "base_unforced": (False, None, False),
             "spec_call": (True, None, True),
             "spec_unforced": (True, None, False),
@@ -75,14 +89,14 @@ def task(name: str) -> tuple[list, dict[str, tuple]]:
     }  # fmt: skip
 
 
-def tool_requests() -> list[pb.GenerateRequest]:
-    """Each question as the chat API turns it into a request with ``tool_choice: required``."""
+def tool_requests(choice: str) -> list[pb.GenerateRequest]:
+    """Each question as the chat API turns it into a request with ``tool_choice``."""
     from router.openai_api.protocol import parse_chat  # the router's, torch-free
 
     data = json.loads(TOOL_CALLS.read_text())
     return [
         parse_chat({"messages": [{"role": "user", "content": question}], "tools": data["tools"],
-                    "tool_choice": "required", "parallel_tool_calls": False}).generate
+                    "tool_choice": choice, "parallel_tool_calls": False}).generate
         for question in data["questions"]
     ]  # fmt: skip
 
@@ -91,12 +105,13 @@ def one_request(
     client: Client, prompt, max_new: int, speculate: bool, fmt, forced: bool
 ) -> GenerationResult:
     """A batch-1 greedy request for ``prompt`` (token ids, free or held to ``fmt``; or a
-    whole request, with its own format)."""
+    whole request, with its own format unless ``fmt`` replaces it)."""
     request = build_request("", False, max_new, 0.0, speculate=speculate, structured_output=fmt)
     if isinstance(prompt, pb.GenerateRequest):
         request.ClearField("input")
         request.messages.CopyFrom(prompt.messages)
-        request.sampling.structured_output.CopyFrom(prompt.sampling.structured_output)
+        own = prompt.sampling.structured_output
+        request.sampling.structured_output.CopyFrom(own if fmt is None else fmt)
     else:
         request.input_ids.ids.extend(prompt)
     request.speculation.forced_drafts = forced
@@ -129,6 +144,7 @@ def arm_row(runs: list[GenerationResult]) -> dict:
         "mean_acceptance_length": sum(accepted) / max(1, len(accepted)),
         "forced_tokens": sum(f.speculation.forced_tokens for f in finals),
         "json_objects": f"{sum(is_json_object(r.text) for r in runs)}/{len(runs)}",
+        "tool_call_blocks": sum(r.text.count("<tool_call>") for r in runs),
         "ended_at_eos": sum(f.finish_reason == pb.FINISH_REASON_EOS for f in finals),
     }  # fmt: skip
 
@@ -145,8 +161,19 @@ def equal_to_target_only(results: dict[str, list[GenerationResult]]) -> dict[str
     }
 
 
+def checked_equals_free(results: dict[str, list[GenerationResult]]) -> dict[str, str]:
+    """auto: each checked arm's replies equal to its free arm's (a reply that calls nothing, or
+    calls well, is the same text with or without the grammar)."""
+    return {
+        name: f"{sum(c.token_ids == f.token_ids for c, f in zip(runs, free, strict=True))}"
+        f"/{len(runs)}"
+        for name, runs in results.items()
+        if name.endswith("_checked") and (free := results.get(name.split("_")[0] + "_free"))
+    }
+
+
 def add_task(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=("instructions", "extraction", "tools"),
+    parser.add_argument("--task", choices=("instructions", "extraction", "tools", "auto"),
                         default="instructions", help="prompts and format (docstring)")  # fmt: skip
 
 
@@ -160,9 +187,11 @@ def main() -> None:
         "commit": git_commit(), "device": args.device,
         "dtype": args.dtype, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
         "arms": summarize(results), "spec_equals_target_only": equal_to_target_only(results),
+        "checked_equals_free": checked_equals_free(results),
         "machine": machine_info(0), "versions": versions(),
     }  # fmt: skip
-    print(json.dumps({k: record[k] for k in ("arms", "spec_equals_target_only")}, indent=1))
+    shown = ("arms", "spec_equals_target_only", "checked_equals_free")
+    print(json.dumps({k: record[k] for k in shown}, indent=1))
     stamp = record["when"][:16].replace(":", "").replace("T", "_")
     name = "structured" if args.task == "instructions" else f"structured_{args.task}"
     out = args.out or RESULTS / f"{name}_{args.device}_{stamp}.json"

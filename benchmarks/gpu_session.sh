@@ -92,7 +92,7 @@ while [ $# -gt 0 ]; do
         echo "$log: $(grep -c 'missed a' "$log") missed deadlines, $(grep -c WARN "$log") warnings"
       done ;;
     structured)
-      for task in ${STRUCTURED_TASKS:-tools extraction instructions}; do
+      for task in ${STRUCTURED_TASKS:-tools extraction instructions auto}; do
         timeout 200 python3 -m benchmarks.bench_structured --device cuda --dtype bfloat16 \
           --task "$task" --out "$out/structured_$task.json" 2>&1 | tail -4
       done ;;

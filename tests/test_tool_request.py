@@ -31,13 +31,25 @@ def chat(**body: Any) -> Any:
     return parse_chat({"messages": USER, "tools": [WEATHER, TIME], **body})
 
 
-def test_auto_offers_the_tools_and_does_not_constrain() -> None:
+def test_auto_offers_the_tools_and_checks_the_calls_only() -> None:
     parsed = chat()
     assert parsed.tools is not None and parsed.tools.choice == "auto"
     assert json.loads(parsed.generate.messages.tools) == [
         WEATHER, {"type": "function", "function": {"name": "get_time", "description": "Now"}}]
-    assert parsed.generate.sampling.structured_output.WhichOneof("format") is None
-    assert parsed.tools.parser() is not None
+    grammar = parsed.generate.sampling.structured_output.grammar
+    assert grammar.startswith('start: TEXT_ONLY | TEXT_THEN_CALL body ("\\n" call)*')
+    assert parsed.tools.checked and parsed.tools.parser() is not None
+
+
+def test_auto_leaves_a_response_format_or_ignore_eos_alone() -> None:
+    formatted = chat(response_format={"type": "json_object"})
+    assert formatted.generate.sampling.structured_output.json_object
+    assert formatted.tools is not None and not formatted.tools.checked
+    endless = chat(ignore_eos=True)
+    assert endless.generate.sampling.structured_output.WhichOneof("format") is None
+    assert endless.tools is not None and not endless.tools.checked
+    required = chat(tool_choice="required", ignore_eos=True)  # the router refuses it
+    assert required.generate.sampling.structured_output.grammar
 
 
 def test_none_offers_nothing_and_reads_nothing() -> None:
@@ -128,3 +140,21 @@ def test_the_grammar_takes_exactly_calls_that_follow_their_schemas(vocabulary: A
     assert not accepts(vocabulary, many, weather.replace("Paris", "Paris, France"))  # maxLength
     assert not accepts(vocabulary, many, now.replace("{}", '{"x": 1}'))
     assert not accepts(vocabulary, many, "Sure! " + weather)
+
+
+def test_auto_grammar_frees_the_text_and_checks_the_calls(vocabulary: Any) -> None:
+    functions = [("get_weather", CITY)]
+    many = tool_grammar(functions, many=True, text_first=True)
+    one = tool_grammar(functions, many=False, text_first=True)
+    weather = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    for grammar in (many, one):
+        assert accepts(vocabulary, grammar, "It is sunny. A <tool_call is just text.")
+        assert accepts(vocabulary, grammar, "")
+        assert accepts(vocabulary, grammar, weather)
+        assert accepts(vocabulary, grammar, "Let me look.\n" + weather)
+        assert not accepts(vocabulary, grammar, "Let me look. <tool_call>{broken")
+        assert not accepts(vocabulary, grammar, weather.replace("get_weather", "get_time"))
+        assert not accepts(vocabulary, grammar, weather + " Done.")  # calls end the reply
+    assert accepts(vocabulary, many, weather + "\n" + weather)
+    assert not accepts(vocabulary, one, weather + "\n" + weather)
+

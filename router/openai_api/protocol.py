@@ -73,7 +73,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     _chat_logprobs(request.sampling, body)
     parsed = _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
     if tools is not None:
-        apply_tools(request, tools)  # after _finish: it checks the structured output it set
+        tools = apply_tools(request, tools)  # after _finish: it checks the structured output set
     return replace(parsed, tools=tools)
 
 

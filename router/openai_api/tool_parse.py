@@ -5,8 +5,8 @@ Each ``<tool_call>...</tool_call>`` block whose body is a JSON object with a str
 the content as the model wrote it, and so does every other text, except whitespace next to a
 call (the newlines around the blocks). A block still open when the reply ends counts if its
 body parses (a reply cut at ``</tool_call>`` by a stop string), as vLLM's does; if it does not,
-it is content too, unless the reply was constrained to calls (then it can only be a call cut
-by max_tokens, which the finish_reason "length" says, and its text is dropped).
+it is content too, unless a grammar kept the reply's calls well-formed (then it can only be a
+call cut by max_tokens, which the finish_reason "length" says, and its text is dropped).
 
 One parser serves a choice's stream and its whole reply alike (the whole text fed at once), so
 the two give the same content and calls. Text that may be the start of ``<tool_call>`` is held
@@ -34,7 +34,7 @@ class Parsed:
 class ToolCallParser:
     def __init__(self, max_calls: int | None = None, constrained: bool = False) -> None:
         self.max_calls = max_calls  # calls past it (parallel_tool_calls false) are dropped
-        self.constrained = constrained  # the grammar allowed calls only: a cut one is dropped
+        self.constrained = constrained  # a grammar checked the calls: a cut one is dropped
         self.num_calls = 0
         self._text = ""  # not yet read
         self._in_call = False  # after an opening tag whose closing one has not come

@@ -5,17 +5,24 @@ parameter) and applied to the router's request.
   ``--exclude-tools-when-tool-choice-none`` does) and the reply is not parsed; earlier calls and
   results in the chat are still shown to the model.
 - ``auto`` (the default with tools): the model decides; its reply is parsed for calls
-  (router/openai_api/tool_parse.py).
+  (router/openai_api/tool_parse.py). Its text is free, but once it opens a call the call must
+  be well-formed (tool_grammar.py): the name one of the tools', the arguments that tool's
+  schema, and only more calls or the end after it. A small model that would have written a
+  broken call writes a valid one instead; a reply that calls nothing is unchanged. With a
+  ``response_format`` beside ``auto`` the format constrains the reply instead, and with
+  ``ignore_eos`` (a grammar ends at EOS) nothing does; the calls are then only parsed.
 - ``required`` and a named function: the reply is constrained to calls (tool_grammar.py), one or
   more (``required`` with ``parallel_tool_calls``) or exactly one, each with its function's own
-  arguments schema; exact under speculation as every structured output is.
+  arguments schema.
+
+Every constraint here is exact under speculation, as every structured output is.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import llguidance
@@ -43,9 +50,11 @@ class ToolRequest:
     choice: str  # "none", "auto", "required", or "function" (named: ``function``)
     function: str | None = None
     parallel: bool = True
+    checked: bool = False  # a grammar keeps the reply's calls well-formed (set by apply_tools)
 
     @property
     def constrained(self) -> bool:
+        """The reply must be calls (``required``, a named function)."""
         return self.choice in ("required", "function")
 
     @property
@@ -62,7 +71,7 @@ class ToolRequest:
         """A new reader of a reply's calls (None: ``none``, whose replies are all content)."""
         if self.choice == "none":
             return None
-        return ToolCallParser(self.max_calls, self.constrained)
+        return ToolCallParser(self.max_calls, self.checked)
 
 
 def parse_tools(body: dict[str, Any]) -> ToolRequest | None:
@@ -90,19 +99,26 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest | None:
     return ToolRequest(tools, kind, function, parallel is not False)
 
 
-def apply_tools(request: pb.GenerateRequest, tools: ToolRequest) -> None:
-    """Puts the definitions in the chat (unless ``none``) and the constraint in sampling."""
+def apply_tools(request: pb.GenerateRequest, tools: ToolRequest) -> ToolRequest:
+    """Puts the definitions in the chat (unless ``none``) and the constraint in sampling; the
+    tools as applied (``checked`` when a grammar keeps the calls well-formed)."""
     s = request.sampling
-    if tools.constrained and s.structured_output.WhichOneof("format"):
+    formatted = s.structured_output.WhichOneof("format") is not None
+    if tools.constrained and formatted:
         raise ApiError(400, "response_format (or another structured output) cannot be "
                        "combined with tool_choice required or a named function",
                        "response_format")  # fmt: skip
-    if tools.choice != "none":
-        request.messages.tools = json.dumps([t.definition for t in tools.tools], ensure_ascii=False)
-    if tools.constrained:
-        offered = [t for t in tools.tools if tools.function in (None, t.name)]
-        calls = [(t.name, t.parameters) for t in offered]
-        s.structured_output.grammar = tool_grammar(calls, many=tools.max_calls is None)
+    if tools.choice == "none":
+        return tools
+    request.messages.tools = json.dumps([t.definition for t in tools.tools], ensure_ascii=False)
+    if not tools.constrained and (formatted or s.ignore_eos):
+        return tools  # auto beside a response_format (the format wins) or ignore_eos
+    offered = [t for t in tools.tools if tools.function in (None, t.name)]
+    calls = [(t.name, t.parameters) for t in offered]
+    s.structured_output.grammar = tool_grammar(
+        calls, many=tools.max_calls is None, text_first=not tools.constrained
+    )
+    return replace(tools, checked=True)
 
 
 def _tool(tool: Any, where: str) -> Tool:
