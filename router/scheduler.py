@@ -12,11 +12,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 
 import grpc
 
-from protos import draft_pb2, target_pb2
+from protos import draft_pb2
 from router import telemetry
 from router.commit import Commit
 from router.config import RouterConfig
@@ -31,6 +30,7 @@ from router.speculation import Speculation
 from router.stats import ServerCounters
 from router.step_mode import StepMode
 from router.step_timing import StepClock
+from router.target_calls import TargetReplies, forward_and_verify
 from router.target_client import TargetClient
 from router.tokenizer import Tokenizer
 
@@ -45,13 +45,6 @@ class Planned:
     num_tokens: int
     sample: bool
     prefill: bool = False
-
-
-@dataclass
-class TargetReplies:
-    verify_items: list[target_pb2.VerifyItem]
-    forward: target_pb2.ForwardResponse | None
-    verify: target_pb2.VerifyResponse | None
 
 
 class Scheduler:
@@ -210,8 +203,8 @@ class Scheduler:
         verify_items = self.spec.verify_items(verify)
         try:
             with clock.span("target"):
-                forward_reply, verify_reply = await self._forward_and_verify(
-                    forward_items, verify_items, steps
+                forward_reply, verify_reply = await forward_and_verify(
+                    self.target, forward_items, verify_items, steps
                 )
         except grpc.aio.AioRpcError as err:
             await self._fail(plan, f"target failed: {err.code().name}: {err.details()}")
@@ -219,21 +212,6 @@ class Scheduler:
         telemetry.target_replies(forward_reply, verify_reply)
         clock.target_replied(forward_reply, verify_reply)
         return TargetReplies(verify_items, forward_reply, verify_reply)
-
-    async def _forward_and_verify(
-        self,
-        forward_items: list[target_pb2.ForwardItem],
-        verify_items: list[target_pb2.VerifyItem],
-        steps: int,
-    ) -> tuple[target_pb2.ForwardResponse | None, target_pb2.VerifyResponse | None]:
-        """Forward and Verify together when the step has both; a lone call is awaited as it
-        is (a gather's two tasks cost ~35 us on the 2-core dev box)."""
-        forward = partial(self.target.forward, decode_steps=steps)
-        if forward_items and verify_items:
-            return await asyncio.gather(forward(forward_items), self.target.verify(verify_items))
-        if verify_items:
-            return None, await self.target.verify(verify_items)
-        return (await forward(forward_items) if forward_items else None), None
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_running:
