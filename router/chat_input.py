@@ -1,7 +1,9 @@
 """A request's ChatMessages as a chat template reads them: transformers' message dicts and tools.
 
 Calls' arguments travel as JSON text (as OpenAI sends them) but templates read them as objects
-(`tool_call.arguments | tojson`), so they are parsed here, as vLLM does before rendering.
+(`tool_call.arguments | tojson`), so they are parsed here, as vLLM does before rendering. The
+object keeps its text, which the Hermes prompt (router/tool_prompt.py) writes back as it was: a
+call the model made then reads in the next turn's prompt exactly as the model wrote it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,14 @@ import json
 from typing import Any, NamedTuple
 
 from protos import generation_pb2 as pb
+
+
+class Arguments(dict[str, Any]):
+    """A call's arguments as templates read them, with the JSON text they came as."""
+
+    def __init__(self, value: dict[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
 
 
 class TemplateInput(NamedTuple):
@@ -37,7 +47,7 @@ def _call(call: pb.ToolCall, where: str) -> dict[str, Any]:
     arguments = _json(call.arguments or "{}", f"{where} arguments")
     if not isinstance(arguments, dict):
         raise ValueError(f"{where} arguments must be a JSON object")
-    function = {"name": call.name, "arguments": arguments}
+    function = {"name": call.name, "arguments": Arguments(arguments, call.arguments or "{}")}
     return {"id": call.id, "type": "function", "function": function}
 
 

@@ -9,7 +9,8 @@ first, in the format Hermes-2-Pro and Qwen2.5 are trained on and that the HTTP A
 - the definitions go into the system message (one is added first when the chat has none), one
   JSON object a line inside ``<tools></tools>``, with the instruction to answer a call as
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
-- an assistant message's calls are appended to its content, one such block each;
+- an assistant message's calls are appended to its content, one such block each, their
+  arguments the JSON text the client sent (router/chat_input.py keeps it);
 - a run of `tool` results becomes one `user` message of ``<tool_response>`` blocks (as Qwen2.5's
   template does: many templates refuse any role but system, user and assistant).
 """
@@ -66,10 +67,12 @@ def hermes_messages(
 
 
 def call_text(function: Mapping[str, Any]) -> str:
-    """One call as the model is asked to write it (arguments a JSON object, not its text)."""
-    body = json.dumps({"name": function["name"], "arguments": function["arguments"]},
-                      ensure_ascii=False)  # fmt: skip
-    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
+    """One call as the model is asked to write it (arguments a JSON object, not its text), its
+    arguments as their JSON text was sent where it was kept (router/chat_input.py)."""
+    arguments = function["arguments"]
+    text = getattr(arguments, "text", None) or json.dumps(arguments, ensure_ascii=False)
+    name = json.dumps(function["name"], ensure_ascii=False)
+    return f'{CALL_OPEN}\n{{"name": {name}, "arguments": {text}}}\n{CALL_CLOSE}'
 
 
 def tools_text(tools: Sequence[Any]) -> str:

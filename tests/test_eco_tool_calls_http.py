@@ -1,7 +1,8 @@
 """Tool calling over the HTTP chat API, driven by the official `openai` client against the live
 stack (target + EAGLE drafter + router, the default model): a named tool_choice and `required`
 give calls whose arguments follow their function's schema, speculation gives target-only's
-call, the stream's tool_calls deltas add up to the whole reply's call, `auto`'s calls are
+call, the stream's tool_calls deltas (the arguments in pieces) add up to the whole reply's
+call, `auto`'s calls are
 well-formed wherever the model opens one, a tool result continues the chat, and bad tools get
 a 400."""
 
@@ -89,11 +90,12 @@ def test_stream_deltas_add_up_to_the_same_call(
     client: openai.OpenAI, eco_stack: EcoStack, named: Any
 ) -> None:
     chunks = list(ask(client, eco_stack, tool_choice=NAMED, temperature=0, stream=True))
-    content, calls, reasons = "", {}, []
+    content, calls, reasons, parts = "", {}, [], 0
     for chunk in chunks:
         delta = chunk.choices[0].delta
         content += delta.content or ""
         for part in delta.tool_calls or ():
+            parts += 1
             call = calls.setdefault(part.index, {"id": part.id, "name": "", "arguments": ""})
             call["name"] += part.function.name or ""
             call["arguments"] += part.function.arguments or ""
@@ -102,6 +104,7 @@ def test_stream_deltas_add_up_to_the_same_call(
     whole = named.choices[0].message.tool_calls[0].function
     assert list(calls) == [0] and calls[0]["id"].startswith("call_")
     assert (calls[0]["name"], calls[0]["arguments"]) == (whole.name, whole.arguments)
+    assert parts > 2, "the checked call's arguments should stream in pieces"
 
 
 def test_required_calls_one_of_the_tools_in_each_choice(

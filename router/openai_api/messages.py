@@ -47,6 +47,7 @@ def _call(call: Any, where: str) -> pb.ToolCall:
     if not isinstance(name, str) or not name:
         raise ApiError(400, f"{where}.function.name must be a non-empty string",
                        f"{where}.function.name")  # fmt: skip
+    text = arguments if isinstance(arguments, str) else None  # kept as sent (chat_input.py)
     if isinstance(arguments, str):
         arguments = _object(arguments)
     if not isinstance(arguments, dict):
@@ -54,7 +55,7 @@ def _call(call: Any, where: str) -> pb.ToolCall:
                        f"{where}.function.arguments")  # fmt: skip
     call_id = call.get("id")
     return pb.ToolCall(id=call_id if isinstance(call_id, str) else "", name=name,
-                       arguments=json.dumps(arguments, ensure_ascii=False))  # fmt: skip
+                       arguments=text or json.dumps(arguments, ensure_ascii=False))  # fmt: skip
 
 
 def _object(text: str) -> Any:

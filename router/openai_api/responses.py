@@ -99,8 +99,8 @@ class Reply:
         if parsed.content or item.logprobs:  # a token without text yet (EOS, half a character)
             delta = {"content": parsed.content} if self.chat else parsed.content
             events.append(self._chunk(delta, None, self._logprobs(item)))
-        for call in parsed.calls:  # each whole, once its block has closed
-            events.append(self._chunk({"tool_calls": [call]}, None))
+        for delta in parsed.deltas:  # whole calls, or a checked call's start and pieces
+            events.append(self._chunk({"tool_calls": [delta]}, None))
         if last:
             events.append(self._chunk({} if self.chat else "", self._reason(item.finish_reason)))
         return events
@@ -110,10 +110,7 @@ class Reply:
         if self.tool_parser is None:
             return Parsed(text)
         parsed = self.tool_parser.feed(text)
-        if last:
-            rest = self.tool_parser.finish()
-            parsed = Parsed(parsed.content + rest.content, parsed.calls + rest.calls)
-        return parsed
+        return parsed + self.tool_parser.finish() if last else parsed
 
     def _message(self, text: str) -> dict[str, Any]:
         """A whole chat reply's message: with tools, the calls apart from the content (null

@@ -22,7 +22,8 @@ from typing import Any
 
 from router.tool_prompt import CALL_CLOSE, CALL_OPEN
 
-CALL_HEAD = '\n{"name": '  # after CALL_OPEN; then the name, the arguments, and CALL_TAIL
+CALL_HEAD = '\n{"name": '  # after CALL_OPEN; then the name, ARGUMENTS_KEY, the arguments
+ARGUMENTS_KEY = ', "arguments": '
 CALL_TAIL = "}\n" + CALL_CLOSE
 # auto's text: with no opening tag at all (a reply without calls), or up to the first one.
 _ANY = "(?s:.*)"
@@ -49,7 +50,7 @@ def tool_grammar(
         "named: " + " | ".join(f"call_{i}" for i in range(len(functions))),
     ]
     for i, (name, parameters) in enumerate(functions):
-        head_text = _literal(json.dumps(name) + ', "arguments": ')
+        head_text = _literal(json.dumps(name) + ARGUMENTS_KEY)
         lines.append(f"call_{i}: {head_text} arguments_{i}")
         lines.append(f"arguments_{i}: %json {json.dumps(parameters)}")
     return "\n".join(lines) + "\n"
