@@ -117,3 +117,18 @@ def test_admission_counts_tools_and_calls() -> None:
     check_fields(request, AdmissionLimits(max_text_chars=100))
     with pytest.raises(InvalidRequest, match="characters"):
         check_fields(request, AdmissionLimits(max_text_chars=80))
+
+
+def test_a_calls_arguments_come_back_as_the_text_they_were_sent_as() -> None:
+    written = '{\n    "city": "Paris"\n}'  # as the model wrote it under the grammar
+    call = pb.ToolCall(id="call_1", name="get_weather", arguments=written)
+    chat = pb.ChatMessages(items=[pb.ChatMessage(role="user", content="Paris?"),
+                                  pb.ChatMessage(role="assistant", tool_calls=[call])])  # fmt: skip
+    parsed = template_input(chat)
+    arguments = parsed.messages[1]["tool_calls"][0]["function"]["arguments"]
+    assert arguments == {"city": "Paris"}  # an object for templates, which tojson it
+    rendered = ChatTemplate(READS_TOOLS, {}).render(parsed.messages, True)
+    assert '[call get_weather {"city": "Paris"}]' in rendered
+    [_, assistant] = hermes_messages(parsed.messages, None)
+    block = '<tool_call>\n{"name": "get_weather", "arguments": ' + written + "}\n</tool_call>"
+    assert assistant["content"] == block
