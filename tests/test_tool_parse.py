@@ -162,3 +162,12 @@ def test_checked_stream_chunks_add_up_to_the_whole_reply() -> None:
     assert arguments == whole["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
     assert "".join(c["delta"].get("content", "") for c in choices) == whole["content"] == "Sure."
     assert choices[-1]["finish_reason"] == "tool_calls"
+
+
+def test_a_stop_string_inside_a_checked_call_is_stop_not_tool_calls() -> None:
+    cut = Reply(chat=True, model="m", tool_parser=ToolCallParser(checked=True))
+    choice = cut.whole(item(CALL[: CALL.index("Paris")], pb.FINISH_REASON_STOP))["choices"][0]
+    assert choice["finish_reason"] == "stop" and len(choice["message"]["tool_calls"]) == 1
+    whole = Reply(chat=True, model="m", tool_parser=ToolCallParser(checked=True))
+    choice = whole.whole(item(CALL, pb.FINISH_REASON_EOS))["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"

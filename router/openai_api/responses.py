@@ -123,9 +123,11 @@ class Reply:
 
     def _reason(self, finish_reason: int) -> str:
         """OpenAI's finish_reason; "tool_calls" when the model stopped after making calls
-        (a reply cut by max_tokens stays "length")."""
+        (a reply cut by max_tokens stays "length", and one a stop string cut inside a call
+        "stop")."""
         reason = FINISH_REASONS.get(finish_reason, "stop")
-        made_calls = self.tool_parser is not None and self.tool_parser.num_calls > 0
+        parser = self.tool_parser
+        made_calls = parser is not None and parser.num_calls > 0 and not parser.cut
         return "tool_calls" if made_calls and reason == "stop" else reason
 
     def shown(self, item: pb.GenerateResponse) -> pb.GenerateResponse:

@@ -48,6 +48,7 @@ class ToolCallParser:
         self.max_calls = max_calls  # calls past it (parallel_tool_calls false) are dropped
         self.checked = checked  # a grammar kept the calls well-formed: they stream
         self.num_calls = 0
+        self.cut = False  # the reply ended inside a checked call (max_tokens or a stop string)
         self._text = ""  # not yet read
         self._in_call = False  # after an opening tag whose call has not ended
         self._held = ""  # whitespace that goes if a call follows
@@ -67,7 +68,8 @@ class ToolCallParser:
         out = Parsed()
         rest, self._text = self._text, ""
         if self._in_call and self.checked:
-            self._end_checked(out)  # cut: kept with what it has, unless its name was not out
+            self.cut = True
+            self._end_checked(out)  # kept with what it has, unless its name was not out
         elif self._in_call:
             self._in_call = False
             self._block(rest, out, closed=False)
