@@ -19,9 +19,10 @@ requests, replies ending at EOS or max_new_tokens. Two tasks:
   the tools in the prompt, the reply held to a call of either), so the call's markup, the
   function's name and the argument keys are forced. Four arms: speculation off and on, each
   with and without the forced tokens verified.
-- ``auto``: the same questions with ``tool_choice: auto``, whose grammar leaves the text free
-  and checks a call once the model opens one (router/openai_api/tool_grammar.py). The default
-  model mostly answers in prose, so this is what the check costs a reply that calls nothing.
+- ``auto``: the same questions with ``tool_choice: auto`` and the tools ``strict``, whose
+  grammar leaves the text free and checks a call once the model opens one
+  (router/openai_api/tool_grammar.py). The default model mostly answers in prose, so this is
+  what the check costs a reply that calls nothing.
   Four arms: speculation off and on, each with the request's grammar and without it (the same
   prompt, unconstrained, as vLLM's ``auto`` runs).
 
@@ -94,8 +95,9 @@ def tool_requests(choice: str) -> list[pb.GenerateRequest]:
     from router.openai_api.protocol import parse_chat  # the router's, torch-free
 
     data = json.loads(TOOL_CALLS.read_text())
+    tools = [{**t, "function": {**t["function"], "strict": True}} for t in data["tools"]]
     return [
-        parse_chat({"messages": [{"role": "user", "content": question}], "tools": data["tools"],
+        parse_chat({"messages": [{"role": "user", "content": question}], "tools": tools,
                     "tool_choice": choice, "parallel_tool_calls": False}).generate
         for question in data["questions"]
     ]  # fmt: skip

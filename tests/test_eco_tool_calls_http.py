@@ -2,9 +2,8 @@
 stack (target + EAGLE drafter + router, the default model): a named tool_choice and `required`
 give calls whose arguments follow their function's schema, speculation gives target-only's
 call, the stream's tool_calls deltas (the arguments in pieces) add up to the whole reply's
-call, `auto`'s calls are
-well-formed wherever the model opens one, a tool result continues the chat, and bad tools get
-a 400."""
+call, `auto`'s calls to strict tools are well-formed wherever the model opens one, a tool result
+continues the chat, and bad tools get a 400."""
 
 from __future__ import annotations
 
@@ -34,7 +33,8 @@ TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name}
          for name, schema in SCHEMAS.items()]  # fmt: skip
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
-# Asked so, the default model opens a call under auto. Unchecked (before the auto grammar), its
+STRICT_TOOLS = [{**tool, "function": {**tool["function"], "strict": True}} for tool in TOOLS]
+# Asked so, the default model opens a call under auto. Unchecked (without strict tools), its
 # greedy reply was "Here's a response with the <tool_call>:\n\n```\nPython..." (a broken block
 # left in content), and the first of 4 sampled ones (seed 3) opened a block with a broken body.
 ASKS_FOR_A_CALL = [{"role": "user", "content": "Please check the weather in Rome with the "
@@ -49,7 +49,8 @@ def client(eco_stack: EcoStack) -> openai.OpenAI:
 
 def ask(client: openai.OpenAI, eco: EcoStack, **options: Any) -> Any:
     return client.chat.completions.create(
-        model=eco.model_name, messages=options.pop("messages", USER), tools=TOOLS,
+        model=eco.model_name, messages=options.pop("messages", USER),
+        tools=options.pop("tools", TOOLS),
         max_tokens=options.pop("max_tokens", MAX_TOKENS), **options,
     )  # fmt: skip
 
@@ -119,10 +120,13 @@ def test_required_calls_one_of_the_tools_in_each_choice(
         check_call(call, set(SCHEMAS))
 
 
-def test_auto_calls_are_well_formed_and_speculation_keeps_them(
+def test_strict_auto_calls_are_well_formed_and_speculation_keeps_them(
     client: openai.OpenAI, eco_stack: EcoStack
 ) -> None:
-    greedy = [ask(client, eco_stack, messages=ASKS_FOR_A_CALL, max_tokens=64, temperature=0,
+    unchecked = ask(client, eco_stack, messages=ASKS_FOR_A_CALL, max_tokens=64, temperature=0)
+    assert "<tool_call>" in unchecked.choices[0].message.content  # what strict is for
+    strict = {"messages": ASKS_FOR_A_CALL, "tools": STRICT_TOOLS}
+    greedy = [ask(client, eco_stack, **strict, max_tokens=64, temperature=0,
                   parallel_tool_calls=False, extra_body={"speculation": speculate})
               for speculate in (True, False)]  # fmt: skip
     spec, alone = (reply.choices[0] for reply in greedy)
@@ -131,8 +135,7 @@ def test_auto_calls_are_well_formed_and_speculation_keeps_them(
     assert check_call(call, set(SCHEMAS)) == {"city": "Rome", "unit": "celsius"}
     assert (spec.message.content, call.function) == (alone.message.content,
                                                      alone.message.tool_calls[0].function)
-    sampled = ask(client, eco_stack, messages=ASKS_FOR_A_CALL, n=4, temperature=1.0, seed=3,
-                  max_tokens=32)  # fmt: skip
+    sampled = ask(client, eco_stack, **strict, n=4, temperature=1.0, seed=3, max_tokens=32)
     for choice in [spec, *sampled.choices]:
         assert "<tool_call>" not in (choice.message.content or ""), choice
         calls = list(choice.message.tool_calls or ())

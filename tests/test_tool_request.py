@@ -31,17 +31,30 @@ def chat(**body: Any) -> Any:
     return parse_chat({"messages": USER, "tools": [WEATHER, TIME], **body})
 
 
-def test_auto_offers_the_tools_and_checks_the_calls_only() -> None:
+STRICT = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+
+
+def test_auto_offers_the_tools_and_leaves_the_reply_free() -> None:
     parsed = chat()
     assert parsed.tools is not None and parsed.tools.choice == "auto"
     assert json.loads(parsed.generate.messages.tools) == [
         WEATHER, {"type": "function", "function": {"name": "get_time", "description": "Now"}}]
+    assert parsed.generate.sampling.structured_output.WhichOneof("format") is None
+    assert not parsed.tools.checked and parsed.tools.parser() is not None
+
+
+def test_auto_with_a_strict_tool_checks_the_calls_only() -> None:
+    parsed = parse_chat({"messages": USER, "tools": [STRICT, TIME]})
+    assert json.loads(parsed.generate.messages.tools)[0] == WEATHER  # strict is not shown
     grammar = parsed.generate.sampling.structured_output.grammar
     assert grammar.startswith('start: TEXT_ONLY | TEXT_THEN_CALL body ("\\n" call)*')
-    assert parsed.tools.checked and parsed.tools.parser() is not None
+    assert "get_time" in grammar and parsed.tools is not None and parsed.tools.checked
 
 
 def test_auto_leaves_a_response_format_or_ignore_eos_alone() -> None:
+    def chat(**body: Any) -> Any:
+        return parse_chat({"messages": USER, "tools": [STRICT, TIME], **body})
+
     formatted = chat(response_format={"type": "json_object"})
     assert formatted.generate.sampling.structured_output.json_object
     assert formatted.tools is not None and not formatted.tools.checked
@@ -87,6 +100,8 @@ def test_assistant_calls_and_tool_results_reach_the_request() -> None:
         ({"tools": {"a": 1}}, "tools"),
         ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
         ({"tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]},
+         "tools[0].function.strict"),
         ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
         ({"tools": [WEATHER, WEATHER]}, "tools"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {

@@ -5,12 +5,14 @@ parameter) and applied to the router's request.
   ``--exclude-tools-when-tool-choice-none`` does) and the reply is not parsed; earlier calls and
   results in the chat are still shown to the model.
 - ``auto`` (the default with tools): the model decides; its reply is parsed for calls
-  (router/openai_api/tool_parse.py). Its text is free, but once it opens a call the call must
-  be well-formed (tool_grammar.py): the name one of the tools', the arguments that tool's
-  schema, and only more calls or the end after it. A small model that would have written a
-  broken call writes a valid one instead; a reply that calls nothing is unchanged. With a
-  ``response_format`` beside ``auto`` the format constrains the reply instead, and with
-  ``ignore_eos`` (a grammar ends at EOS) nothing does; the calls are then only parsed.
+  (router/openai_api/tool_parse.py). Where a tool sets OpenAI's ``strict: true``, the text stays
+  free but a call the reply opens must be well-formed (tool_grammar.py): the name one of the
+  tools', the arguments that tool's schema, and only more calls or the end after it. A small
+  model that would have written a broken call writes a valid one instead; a reply that calls
+  nothing is unchanged. It is opt-in because a masked position costs the GPU target its
+  multi-step decode graphs (docs/api.md has the figures). With a ``response_format`` beside
+  ``auto`` the format constrains the reply instead, and with ``ignore_eos`` (a grammar ends at
+  EOS) nothing does; the calls are then only parsed.
 - ``required`` and a named function: the reply is constrained to calls (tool_grammar.py), one or
   more (``required`` with ``parallel_tool_calls``) or exactly one, each with its function's own
   arguments schema.
@@ -42,6 +44,7 @@ class Tool:
     name: str
     parameters: dict[str, Any]  # a JSON Schema for the arguments object
     definition: dict[str, Any]  # as the prompt shows it: {"type": "function", "function": ...}
+    strict: bool = False  # OpenAI's opt-in to calls that follow the schema (auto: checked)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class ToolRequest:
     def constrained(self) -> bool:
         """The reply must be calls (``required``, a named function)."""
         return self.choice in ("required", "function")
+
+    @property
+    def strict(self) -> bool:
+        """A tool asks for its calls to be checked (OpenAI's ``strict``)."""
+        return any(tool.strict for tool in self.tools)
 
     @property
     def choice_label(self) -> str:
@@ -111,8 +119,8 @@ def apply_tools(request: pb.GenerateRequest, tools: ToolRequest) -> ToolRequest:
     if tools.choice == "none":
         return tools
     request.messages.tools = json.dumps([t.definition for t in tools.tools], ensure_ascii=False)
-    if not tools.constrained and (formatted or s.ignore_eos):
-        return tools  # auto beside a response_format (the format wins) or ignore_eos
+    if not tools.constrained and (not tools.strict or formatted or s.ignore_eos):
+        return tools  # auto: unchecked unless strict, and a response_format or ignore_eos win
     offered = [t for t in tools.tools if tools.function in (None, t.name)]
     calls = [(t.name, t.parameters) for t in offered]
     s.structured_output.grammar = tool_grammar(
@@ -136,12 +144,16 @@ def _tool(tool: Any, where: str) -> Tool:
         raise ApiError(400, f"{where}.function.description must be a string",
                        f"{where}.function.description")  # fmt: skip
     parameters = _parameters(function.get("parameters"), f"{where}.function.parameters")
+    strict = function.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise ApiError(400, f"{where}.function.strict must be true or false",
+                       f"{where}.function.strict")  # fmt: skip
     shown: dict[str, Any] = {"name": name}
     if description:
         shown["description"] = description
     if "parameters" in function:
         shown["parameters"] = parameters
-    return Tool(name, parameters, {"type": "function", "function": shown})
+    return Tool(name, parameters, {"type": "function", "function": shown}, strict is True)
 
 
 def _parameters(schema: Any, where: str) -> dict[str, Any]:
