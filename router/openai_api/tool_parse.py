@@ -10,7 +10,8 @@ it is content too. Such calls come whole, their arguments re-serialized, once th
 Where a grammar kept the calls well-formed (``checked``), a call is read as it is written
 (router/openai_api/call_stream.py): it starts once its header names the function, and its
 arguments follow in pieces, as the model wrote them, as OpenAI streams them; a call that
-max_tokens cut keeps the arguments written so far (the finish_reason "length" says so).
+max_tokens or a stop string cut keeps the arguments written so far (``cut``: the finish_reason
+is then "length" or "stop", not "tool_calls").
 
 One parser serves a choice's stream and its whole reply alike (the whole text fed at once), so
 the two give the same content and calls. Text that may be the start of ``<tool_call>`` is held
