@@ -80,7 +80,7 @@ def main() -> None:
     args = bench_args(__doc__.splitlines()[0])
     texts = json.loads(INSTRUCTIONS.read_text())["prompts"][: args.prompts]
     prompts = chat_ids(texts)
-    results = run_on_stack(args, prompts, ARMS, one_request)
+    results, _ = run_on_stack(args, prompts, ARMS, one_request)
     spec = results["spec_off"]
     acceptance = [r.final.speculation.mean_acceptance_length for r in spec if r.final]
     record = {

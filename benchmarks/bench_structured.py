@@ -28,19 +28,21 @@ requests, replies ending at EOS or max_new_tokens. Two tasks:
 
 Arms run interleaved prompt by prompt, their order turned a place each prompt, every prompt in
 the radix cache first (as in bench_logprobs.py); an arm's tok/s is its tokens over its
-streams' wall time. The constrained arms run one decode step a Forward (on CUDA the LOGITS
-decode graphs and, greedy up to batch 4, the masked verify graphs) and the router computes a
-mask per sampled or verified position, so their tok/s are compared with the free arms'.
+streams' wall time. Target-only, a constrained arm decodes multi-step bursts without the mask,
+cut where the format refuses a token (router/grammar_bursts.py; ``--grammar-bursts off``: one
+masked decode step a Forward, as before 2026-12-05 04:00), and with speculation the router
+computes a mask per verified position, so their tok/s are compared with the free arms'.
 
 Recorded: tok/s, mean acceptance and forced draft tokens per arm; how many replies parse as a
 JSON object and how many ``<tool_call>`` blocks they open; whether speculation gives exactly
 target-only's tokens under the constraint (greedy); for ``auto``, how many replies the grammar
-left as they were.
+left as they were; the router's count of bursts run and cut.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -148,7 +150,12 @@ def arm_row(runs: list[GenerationResult]) -> dict:
         "json_objects": f"{sum(is_json_object(r.text) for r in runs)}/{len(runs)}",
         "tool_call_blocks": sum(r.text.count("<tool_call>") for r in runs),
         "ended_at_eos": sum(f.finish_reason == pb.FINISH_REASON_EOS for f in finals),
+        "reply_digests": [reply_digest(r.token_ids) for r in runs],  # to compare runs by
     }  # fmt: skip
+
+
+def reply_digest(token_ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(token_ids).encode()).hexdigest()[:12]
 
 
 def equal_to_target_only(results: dict[str, list[GenerationResult]]) -> dict[str, str]:
@@ -176,26 +183,32 @@ def checked_equals_free(results: dict[str, list[GenerationResult]]) -> dict[str,
 
 def add_task(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=("instructions", "extraction", "tools", "auto"),
-                        default="instructions", help="prompts and format (docstring)")  # fmt: skip
+                        default="instructions", help="prompts and format (docstring)")
+    parser.add_argument("--grammar-bursts", choices=("on", "off"), default="on",
+                        help="the router's flag: greedy constrained requests decode unmasked "
+                        "multi-step bursts (router/grammar_bursts.py)")  # fmt: skip
 
 
 def main() -> None:
     args = bench_args(__doc__.splitlines()[0], add_task)
     prompts, arms = task(args.task)
     prompts = prompts[: args.prompts]
-    results = run_on_stack(args, prompts, arms, one_request)
+    bursts = ["--grammar-bursts", args.grammar_bursts]
+    results, status = run_on_stack(args, prompts, arms, one_request, bursts)
     record = {
         "benchmark": "structured_output", "task": args.task, "when": utc_now(),
-        "commit": git_commit(), "device": args.device,
+        "commit": git_commit(), "device": args.device, "grammar_bursts": args.grammar_bursts,
+        "bursts_run": status.grammar_bursts, "bursts_cut": status.grammar_bursts_cut,
         "dtype": args.dtype, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
         "arms": summarize(results), "spec_equals_target_only": equal_to_target_only(results),
         "checked_equals_free": checked_equals_free(results),
         "machine": machine_info(0), "versions": versions(),
     }  # fmt: skip
-    shown = ("arms", "spec_equals_target_only", "checked_equals_free")
+    shown = ("arms", "spec_equals_target_only", "checked_equals_free", "bursts_run", "bursts_cut")
     print(json.dumps({k: record[k] for k in shown}, indent=1))
     stamp = record["when"][:16].replace(":", "").replace("T", "_")
     name = "structured" if args.task == "instructions" else f"structured_{args.task}"
+    name += "" if args.grammar_bursts == "on" else "_no_bursts"
     out = args.out or RESULTS / f"{name}_{args.device}_{stamp}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")

@@ -92,9 +92,13 @@ while [ $# -gt 0 ]; do
         echo "$log: $(grep -c 'missed a' "$log") missed deadlines, $(grep -c WARN "$log") warnings"
       done ;;
     structured)
+      # STRUCTURED_BURSTS "on off" runs each task with the router's --grammar-bursts both ways.
       for task in ${STRUCTURED_TASKS:-tools extraction instructions auto}; do
-        timeout 200 python3 -m benchmarks.bench_structured --device cuda --dtype bfloat16 \
-          --task "$task" --out "$out/structured_$task.json" 2>&1 | tail -4
+        for bursts in ${STRUCTURED_BURSTS:-on}; do
+          timeout 200 python3 -m benchmarks.bench_structured --device cuda --dtype bfloat16 \
+            --task "$task" --grammar-bursts "$bursts" \
+            --out "$out/structured_${task}_bursts_$bursts.json" 2>&1 | tail -4
+        done
       done ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \

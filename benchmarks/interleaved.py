@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
+from protos import generation_pb2 as pb
 from splitspec.client import Client, GenerationResult
 from splitspec.launcher import LocalStack
 
@@ -51,21 +52,28 @@ def run_interleaved(
     return results
 
 
-def start(device: str, dtype: str) -> LocalStack:
+def start(device: str, dtype: str, router_args: Sequence[str] = ()) -> LocalStack:
     model = ["--device", device, "--dtype", dtype]
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-bench-"))
-    stack = LocalStack(model, [], log_dir=log_dir, draft_args=[["--method", "eagle", *model]])
+    draft = [["--method", "eagle", *model]]
+    stack = LocalStack(model, list(router_args), log_dir=log_dir, draft_args=draft)
     return stack.start(timeout_s=900)
 
 
 def run_on_stack(
-    args: argparse.Namespace, prompts: list[list[int]], arms: dict[str, tuple], one: OneRequest
-) -> dict[str, list[GenerationResult]]:
+    args: argparse.Namespace,
+    prompts: list[list[int]],
+    arms: dict[str, tuple],
+    one: OneRequest,
+    router_args: Sequence[str] = (),
+) -> tuple[dict[str, list[GenerationResult]], pb.ServerStatus]:
     """``run_interleaved`` on a stack of its own (router, target, one EAGLE replica on
-    ``args.device``), stopped after; ``one(client, ids, max_new, *arm)``."""
-    stack = start(args.device, args.dtype)
+    ``args.device``), stopped after; ``one(client, ids, max_new, *arm)``. Also the router's
+    status after the run (its counters)."""
+    stack = start(args.device, args.dtype, router_args)
     try:
         with Client(stack.router_address) as client:
-            return run_interleaved(prompts, args.max_new_tokens, arms, partial(one, client))
+            results = run_interleaved(prompts, args.max_new_tokens, arms, partial(one, client))
+            return results, client.stub.GetServerStatus(pb.GetServerStatusRequest())
     finally:
         stack.stop()

@@ -77,6 +77,12 @@ def _add_scheduling_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--decode-steps", type=NON_NEGATIVE_INT, default=0,
                        help="most decode steps of one target-only Forward (multi-step decoding, "
                        "streamed in bursts): 0 (default) the target's --decode-steps; 1: off")
+    group.add_argument(
+        "--grammar-bursts", choices=["on", "off"], default="on",
+        help="greedy structured-output requests decode multi-step bursts without the mask, "
+        "kept up to the first token the format refuses (outputs unchanged; "
+        "router/grammar_bursts.py); off: one masked decode step a Forward",
+    )  # fmt: skip
 
 
 def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
@@ -162,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         adaptive_speculation=args.adaptive_speculation,
         log_requests=args.log_requests,
         decode_steps=args.decode_steps,
+        grammar_bursts=args.grammar_bursts == "on",
         otlp_traces_endpoint=args.otlp_traces_endpoint,
         otlp_service_name=args.otlp_service_name,
     )

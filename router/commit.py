@@ -15,6 +15,7 @@ from protos import draft_pb2, target_pb2
 from protos import generation_pb2 as pb
 from router import telemetry
 from router.final_item import fill_final
+from router.grammar_bursts import GrammarBursts
 from router.logprobs import LogprobSpeller
 from router.output import Committed, OutputStream
 from router.prompt_scores import attach_scores, record_scores
@@ -27,9 +28,12 @@ if TYPE_CHECKING:
 
 
 class Commit:
-    def __init__(self, tokenizer: Tokenizer, counters: ServerCounters) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, counters: ServerCounters, bursts: GrammarBursts
+    ) -> None:
         self.tokenizer = tokenizer
         self.counters = counters
+        self.bursts = bursts
         self.outputs: dict[str, OutputStream] = {}  # by request id, from submit to finish
         self.speller = LogprobSpeller(tokenizer)
 
@@ -43,8 +47,10 @@ class Commit:
         self, plan: list[Planned], reply: target_pb2.ForwardResponse | None, steps: int
     ) -> list[Request]:
         """The Forward's sampled ids; returns the requests they ended. ``steps`` > 1: K ids
-        per request, kept up to the first stop (router/multi_step.py). The reply's logprobs
-        (one per sampled item) and prompt scores (one per item) are empty where none asked."""
+        per request, kept up to the first stop (router/multi_step.py) or, under structured
+        output, the first token the format refuses (router/grammar_bursts.py). The reply's
+        logprobs (one per sampled item) and prompt scores (one per item) are empty where none
+        asked."""
         if reply is None:
             return []
         sampled = iter(reply.next_token_ids)
@@ -55,17 +61,32 @@ class Commit:
             score = next(scores, None)
             if score is not None:
                 record_scores(self.speller, p.req, p.req.num_computed, score)
-            # K steps computed K positions; finishing caches only those of kept tokens.
-            p.req.num_computed += p.num_tokens + steps - 1
             if not p.sample:
+                p.req.num_computed += p.num_tokens
                 continue
             # A target-only step leaves the drafter behind: it catches up afterwards.
             p.req.draft_synced = False
-            block = [next(sampled) for _ in range(steps)]
+            block = self._allowed(p.req, [next(sampled) for _ in range(steps)])
+            # K steps computed K positions; finishing caches only those of kept tokens. A cut
+            # burst's last kept token runs again, masked: its position counts as not computed.
+            p.req.num_computed += p.num_tokens - 1 + len(block)
+            answer = next(answers, None)
+            if not block:  # a burst whose first token the format refused: nothing to stream
+                continue
             committed = self.outputs[p.req.request_id].commit(block)
-            if self._emit(p.req, committed, next(answers, None)):
+            if self._emit(p.req, committed, answer):
                 done.append(p.req)
         return done
+
+    def _allowed(self, req: Request, block: list[int]) -> list[int]:
+        """A constrained request's block up to the first token its format refuses (only a
+        burst's can be: a single step's draw was masked)."""
+        if req.constraint is None:
+            return block
+        if len(block) == 1:
+            self.bursts.masked_step(req)
+            return block
+        return self.bursts.keep(req, block)
 
     def verified(
         self,

@@ -35,6 +35,7 @@ class RouterConfig:
     adaptive_speculation: bool = False  # speculate only where measured faster (spec_switch.py)
     log_requests: bool = False  # a log line per finished request (request_log.py)
     decode_steps: int = 0  # most steps of a target-only decode Forward; 0: the target's max
+    grammar_bursts: bool = True  # greedy structured output decodes unmasked bursts too
     otlp_traces_endpoint: str = ""  # OTLP/gRPC collector of request spans; empty: no tracing
     otlp_service_name: str = "splitspec-router"  # the spans' service.name
 

@@ -9,10 +9,12 @@ from router.request import Request
 
 
 def forward_item(
-    kv: KVManager, req: Request, num_tokens: int, sample: bool
+    kv: KVManager, req: Request, num_tokens: int, sample: bool, masked: bool = True
 ) -> target_pb2.ForwardItem:
     """The next ``num_tokens`` context tokens, the slots the target has not seen yet, and on a
-    request's first step its sampling parameters (the target keeps them from then on)."""
+    request's first step its sampling parameters (the target keeps them from then on).
+    ``masked``: a structured-output request's draw gets its format's mask (not in a burst:
+    router/grammar_bursts.py)."""
     start = req.num_computed
     kv.ensure_slots(req, start + num_tokens)
     item = target_pb2.ForwardItem(
@@ -23,7 +25,7 @@ def forward_item(
         sample=sample,
         scored_ids=scored_ids(req, start, num_tokens),  # the prompt's scores, where asked
     )
-    if sample and req.constraint is not None:  # structured output: what the grammar allows
+    if sample and masked and req.constraint is not None:  # what the format allows
         item.allowed_tokens = req.constraint.mask()
     if req.num_sent_slots == 0:
         item.sampling.CopyFrom(sampling_config(req))

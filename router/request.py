@@ -88,6 +88,10 @@ class Request:
     prompt_scores: list = field(default_factory=list)
     # Structured output's grammar state (router/structured_output.py); None: unconstrained.
     constraint: Any = None
+    # Its multi-step bursts decoded without the mask (router/grammar_bursts.py): the most steps
+    # the next may run (0: --decode-steps), and whether a cut owes a masked step first.
+    burst_cap: int = 0
+    masked_next: bool = False
     abort_requested: bool = False
     finished: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)

@@ -62,7 +62,9 @@ class Scheduler:
         self.kv = kv
         self.spec = spec
         self.counters = ServerCounters()
-        self.commit = Commit(tokenizer, self.counters)  # a step's blocks into the streams
+        self.multi_step = MultiStep(config.decode_steps, config.grammar_bursts)
+        # a step's blocks into the streams (a burst cut where its format refuses a token)
+        self.commit = Commit(tokenizer, self.counters, self.multi_step.bursts)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.in_flight: dict[str, Request] = {}
@@ -72,7 +74,6 @@ class Scheduler:
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
         self.mode = StepMode(config, spec)  # speculate or not, and what a step measured
-        self.multi_step = MultiStep(config.decode_steps)
         self.draft_ahead = DraftAhead(spec)
 
     # ---- called by the servicer ---------------------------------------------------------

@@ -110,6 +110,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             num_retractions=s.counters.num_retractions,
             decode_steps=s.multi_step.max_steps,
             multi_step_forwards=s.multi_step.num_forwards,
+            grammar_bursts=s.multi_step.bursts.num_bursts,
+            grammar_bursts_cut=s.multi_step.bursts.num_cut,
         )
 
     async def prepare(self, request: pb.GenerateRequest) -> None:

@@ -170,6 +170,11 @@ class Constraint:
             log.error("structured output: committed tokens %s broke the grammar: %s",
                       list(token_ids), self._matcher.get_error())  # fmt: skip
 
+    def allowed_prefix(self, token_ids: Sequence[int]) -> int:
+        """How many of ``token_ids``, from the first, the format allows in turn from here (an
+        EOS where it may end); the state is left as it was."""
+        return self._matcher.validate_tokens(list(token_ids))
+
     def forces_at_least(self, count: int) -> bool:
         """Whether the format forces ``count`` tokens or more next, EOS aside (1-61 us on the
         dev box)."""

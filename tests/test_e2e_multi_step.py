@@ -7,11 +7,15 @@ the same KV), and every stream must match item for item in tokens, text and fini
 seeded sampling, lengths that are no multiple of 4, a stop string, a stop token and EOS inside
 a burst. Afterwards every slot is free or cached and the target holds no request state. A
 prompt arriving while another request decodes 4 steps per Forward is served at once, and both
-outputs equal their outputs alone.
+outputs equal their outputs alone. Greedy structured output decodes bursts without the mask,
+cut where the format refuses a token (router/grammar_bursts.py), and its outputs equal one
+masked step a Forward too.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -123,6 +127,47 @@ def test_outputs_equal_one_step_decoding(routers: tuple[Router, Router]) -> None
     assert status_one.multi_step_forwards == 0 and status_four.multi_step_forwards > 0
     assert_slots_accounted(status_one)
     assert_slots_accounted(status_four)
+
+
+PERSON = json.dumps(
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "born": {"type": "integer"}},
+        "required": ["name", "born"],
+        "additionalProperties": False,  # the model writes more fields: bursts are cut
+    }
+)
+LOWERCASE = "[a-z ,]+\\."  # the model starts its reply with a capital: the first burst is cut
+
+
+def constrained(ids: tuple[int, ...], max_new: int, **fmt: str) -> pb.GenerateRequest:
+    request = greedy(ids, max_new)
+    request.sampling.structured_output.CopyFrom(pb.StructuredOutput(**fmt))
+    return request
+
+
+def test_structured_output_bursts_change_no_output(routers: tuple[Router, Router]) -> None:
+    """The same constrained greedy streams as one masked step a Forward, with bursts run and
+    some cut (the regex refuses the model's own first token, and others later)."""
+    before = [r.wait_idle() for r in routers]
+    person = ask("Ada Lovelace was born in 1815 in London. Give her name and birth year as JSON.")
+    cases = [
+        ("schema", constrained(person, 40, json_schema=PERSON)),
+        ("regex", constrained(ask("Name three uses of copper."), 24, regex=LOWERCASE)),
+    ]
+    for name, request in cases:
+        one, four = both(routers, request)
+        assert_same_stream(name, one, four)
+        if one.final.finish_reason == pb.FINISH_REASON_EOS:
+            assert name != "schema" or set(json.loads(one.text)) == {"name", "born"}, one.text
+            assert name != "regex" or re.fullmatch(LOWERCASE, one.text), one.text
+    after = [r.wait_idle() for r in routers]
+    bursts, cut = (after[1].grammar_bursts - before[1].grammar_bursts,
+                   after[1].grammar_bursts_cut - before[1].grammar_bursts_cut)  # fmt: skip
+    assert bursts > cut > 0, (bursts, cut)
+    assert after[0].grammar_bursts == 0, "one step a Forward ran a burst"
+    for status in after:
+        assert_slots_accounted(status)
 
 
 def test_the_target_holds_no_request_after_multi_step_decoding(
