@@ -73,7 +73,7 @@ class Commit:
             answer = next(answers, None)
             if not block:  # a burst whose first token the format refused: nothing to stream
                 continue
-            committed = self.outputs[p.req.request_id].commit(block)
+            committed = self._commit(p.req, block)
             if self._emit(p.req, committed, answer):
                 done.append(p.req)
         return done
@@ -100,10 +100,30 @@ class Commit:
         for (req, _), item, result in zip(verify, items, results, strict=True):
             telemetry.observer().tree_verified(len(item.token_ids) - 1, result.num_accepted)
             req.num_computed += 1 + result.num_accepted  # the root and the accepted drafts
-            committed = self.outputs[req.request_id].commit(list(result.token_ids))
+            committed = self._commit(req, list(result.token_ids))
             if self._emit(req, committed, result.logprobs):
                 done.append(req)
         return done
+
+    def _commit(self, req: Request, block: list[int]) -> Committed:
+        """The block through the request's stop rules; a format's grammar follows what they
+        kept, and where the format allows nothing next but one EOS, that EOS is committed too:
+        the target's masked draw there could be nothing else, so its step is saved (not where
+        the request asked for logprobs, which that step reports, or min_tokens still binds)."""
+        out = self.outputs[req.request_id]
+        committed = out.commit(block)
+        if req.constraint is None:
+            return committed
+        req.constraint.advance(committed.token_ids)
+        eos = req.constraint.only_eos_next()
+        if committed.finish_reason or eos is None or req.options.logprobs or req.min_tokens_binds:
+            return committed
+        end = out.commit([eos])
+        req.constraint.advance(end.token_ids)
+        return Committed(
+            committed.token_ids + end.token_ids, committed.text + end.text,
+            end.finish_reason, end.matched_stop,
+        )  # fmt: skip
 
     def aborted(self, req: Request) -> None:
         """The final item of a request its client aborted: no tokens, its usage and timings."""
@@ -124,8 +144,6 @@ class Commit:
             attach_scores(item, req)
         req.first_token = req.first_token or now
         req.output_ids += committed.token_ids
-        if req.constraint is not None:  # structured output's grammar follows the text
-            req.constraint.advance(committed.token_ids)
         telemetry.observer().tokens_committed(req, len(committed.token_ids), now)
         if req.options.logprobs and logprobs is not None:
             self.speller.fill(item.logprobs, logprobs, committed.token_ids)

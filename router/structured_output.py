@@ -175,6 +175,15 @@ class Constraint:
         EOS where it may end); the state is left as it was."""
         return self._matcher.validate_tokens(list(token_ids))
 
+    def only_eos_next(self) -> int | None:
+        """The EOS id where the format allows that one token next and nothing else, else None
+        (an is_accepting call mostly; the mask only where the format may end)."""
+        if not self._matcher.is_accepting():
+            return None
+        allowed = int.from_bytes(self.mask(), "little")  # bit t: token t (ForwardItem's layout)
+        token = allowed.bit_length() - 1
+        return token if allowed.bit_count() == 1 and token in self._eos else None
+
     def forces_at_least(self, count: int) -> bool:
         """Whether the format forces ``count`` tokens or more next, EOS aside (1-61 us on the
         dev box)."""

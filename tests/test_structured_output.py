@@ -63,6 +63,19 @@ def test_json_follows_the_schema_in_any_layout(tokenizer: Tokenizer, text: str) 
     assert not allows(wrong.mask(), tokenizer.encode('"', add_special_tokens=False)[0])
 
 
+def test_only_eos_next_where_the_format_can_only_end(tokenizer: Tokenizer) -> None:
+    """The router commits that EOS itself (router/commit.py): only where nothing else is
+    allowed, not where the format may end or go on."""
+    c = constraint(tokenizer, json_schema=SCHEMA)
+    c.advance(tokenizer.encode('{"name": "Ada", "age": 3', add_special_tokens=False))
+    assert c.only_eos_next() is None  # more digits, or the closing brace
+    c.advance(tokenizer.encode("6}", add_special_tokens=False))
+    assert c.only_eos_next() == tokenizer.eos_token_ids[0]
+    free = constraint(tokenizer, regex="[a-z]+")
+    free.advance(tokenizer.encode("abc", add_special_tokens=False))
+    assert free.only_eos_next() is None  # accepting, but more letters may follow
+
+
 def test_live_tree_masks_are_the_sequential_masks(tokenizer: Tokenizer) -> None:
     """A tree of two JSON continuations, a forbidden token and an EOS inside a string: the
     live tree is the two chains, each node's mask what a fresh matcher gives after its path;
