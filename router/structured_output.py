@@ -28,7 +28,7 @@ import llguidance
 
 from protos import generation_pb2
 from router.errors import InvalidRequest
-from router.grammar_tree import GrammarTree
+from router.grammar_tree import GrammarTree, allows
 from router.request import SamplingOptions
 from router.tokenizer import Tokenizer
 
@@ -171,9 +171,19 @@ class Constraint:
                       list(token_ids), self._matcher.get_error())  # fmt: skip
 
     def allowed_prefix(self, token_ids: Sequence[int]) -> int:
-        """How many of ``token_ids``, from the first, the format allows in turn from here (an
-        EOS where it may end); the state is left as it was."""
-        return self._matcher.validate_tokens(list(token_ids))
+        """How many of ``token_ids``, from the first, each position's mask allows in turn from
+        here (an EOS where the format may end); the state is left as it was. Masks, not
+        llguidance's validate_tokens: where the format forces a text, the mask allows only its
+        canonical tokens, while validate_tokens takes any split of it (after "con" of a forced
+        "convert", "ver" as well as "vert"), and a masked draw sees the mask."""
+        count = 0
+        for token in token_ids:
+            if not allows(self.mask(), token) or not self._matcher.consume_token(token):
+                break
+            count += 1
+        if count:
+            self._matcher.rollback(count)
+        return count
 
     def only_eos_next(self) -> int | None:
         """The EOS id where the format allows that one token next and nothing else, else None

@@ -59,6 +59,23 @@ def test_an_eos_is_kept_only_where_the_format_may_end(tokenizer: Tokenizer) -> N
     assert bursts.keep(req, whole) == whole
 
 
+def test_a_split_the_mask_refuses_is_cut(tokenizer: Tokenizer) -> None:
+    """Where a forced text goes on ("convert" after "con"), llguidance's mask allows only its
+    canonical token ("vert"), while its validate_tokens also takes "ver" + "t"; a masked draw
+    sees the mask, so a burst must too (the H200's and the CPU's tool calls differed before).
+    """
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    spec = pb.StructuredOutput(regex="convert_currency")
+    split, canonical = [enc("ver")[0], enc("t")[0]], enc("vert")
+    assert len(canonical) == 1 and tokenizer.decode(split) == "vert"
+    for burst, kept in ((split, []), (canonical, canonical)):
+        req = request(tokenizer)
+        req.constraint = compile_format(spec, tokenizer)
+        req.constraint.advance(enc("con"))
+        assert GrammarBursts(enabled=True).keep(req, burst) == kept
+        assert req.constraint.allowed_prefix(canonical) == 1, "the check left its trace"
+
+
 @pytest.mark.parametrize(
     ("options", "enabled"),
     [({"temperature": 0.7}, True), ({"logprobs": True}, True), ({}, False)],
