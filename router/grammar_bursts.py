@@ -7,7 +7,8 @@ would decode one step a Forward: on an H200 0.38-0.41x the free request's tok/s 
 docs/api.md). But a mask only removes tokens: where the model's own greedy token is one the
 format allows, the masked draw is that very token. So a greedy constrained request decodes K
 steps unmasked in one Forward (router/multi_step.py) and keeps its tokens up to the first one
-the grammar refuses (an EOS counts as allowed only where the format may end). What follows
+its position's mask refuses (the mask itself: Constraint.allowed_prefix says why; an EOS
+passes only where the format may end). What follows
 is dropped, and the next step is a masked one from the last kept token, run again at its
 position (its KV written again, the same values, into the slot it already holds). The output
 is the one masked step a Forward gives, token for token.
