@@ -58,7 +58,7 @@ class MultiStep:
         if any(r.is_prefilling for r in scheduler.running):
             return 1
         reqs = [p.req for p in plan]
-        if not all(recomputable(r) and not self._changes_logits(r) for r in reqs):
+        if not all(recomputable(r) and not self.changes_logits(r) for r in reqs):
             return 1  # penalties, logit_bias, a binding min_tokens, a mask: one step
         max_context = scheduler.spec.max_context
         steps = min(
@@ -73,7 +73,9 @@ class MultiStep:
         return max(1, steps)
 
 
-    def _changes_logits(self, req: Request) -> bool:
+    def changes_logits(self, req: Request) -> bool:
+        """Whether the request's next draw needs its logits changed on the host (a bias, a
+        penalty, a binding min_tokens, a mask outside a burst): then one decode step."""
         o = req.options
         masked = req.constraint is not None and not self.bursts.takes(req)
         return bool(o.logit_bias) or o.repetition_penalty != 1.0 or req.min_tokens_binds or masked

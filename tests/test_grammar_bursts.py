@@ -12,6 +12,7 @@ import pytest
 from model_runtime.loading import default_model_path
 from protos import generation_pb2 as pb
 from router.grammar_bursts import GrammarBursts
+from router.multi_step import MultiStep
 from router.request import Request, SamplingOptions
 from router.structured_output import compile_format
 from router.tokenizer import Tokenizer
@@ -85,3 +86,13 @@ def test_only_greedy_requests_without_logprobs_burst(
     tokenizer: Tokenizer, options: dict, enabled: bool
 ) -> None:
     assert not GrammarBursts(enabled).takes(request(tokenizer, **options))
+    assert MultiStep(8, grammar_bursts=enabled).changes_logits(request(tokenizer, **options))
+
+
+def test_a_greedy_constrained_request_runs_multi_step_but_for_the_masked_step_a_cut_owes(
+    tokenizer: Tokenizer,
+) -> None:
+    multi_step, req = MultiStep(8), request(tokenizer)
+    assert not multi_step.changes_logits(req)
+    req.masked_next = True
+    assert multi_step.changes_logits(req)

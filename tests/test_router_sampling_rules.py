@@ -10,7 +10,7 @@ from protos import generation_pb2 as pb
 from protos import target_pb2
 from router.errors import InvalidRequest
 from router.forward_item import sampling_config
-from router.multi_step import _changes_logits
+from router.multi_step import MultiStep
 from router.output import OutputStream
 from router.request import Request, SamplingOptions
 from router.stop import StopMatcher
@@ -71,12 +71,13 @@ def test_the_target_gets_the_context_and_what_min_tokens_still_owes() -> None:
 
 
 def test_multi_step_waits_while_a_rule_changes_logits() -> None:
+    changes_logits = MultiStep(8).changes_logits
     binding = Request("m", [1], options(min_tokens=2))
-    assert _changes_logits(binding)
+    assert changes_logits(binding)
     binding.output_ids = [5, 6]
-    assert not _changes_logits(binding)  # met: K steps again
-    assert _changes_logits(Request("r", [1], options(repetition_penalty=1.1)))
-    assert not _changes_logits(Request("p", [1], options(min_p=0.2)))  # min_p rides the graphs
+    assert not changes_logits(binding)  # met: K steps again
+    assert changes_logits(Request("r", [1], options(repetition_penalty=1.1)))
+    assert not changes_logits(Request("p", [1], options(min_p=0.2)))  # min_p rides the graphs
 
 
 def test_stop_strings_wait_for_min_tokens() -> None:
