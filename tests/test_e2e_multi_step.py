@@ -151,14 +151,14 @@ def constrained(ids: tuple[int, ...], max_new: int, **fmt: str) -> pb.GenerateRe
 def tool_call(question: str) -> pb.GenerateRequest:
     """The chat API's request for a call of one of the benchmark's two tools (tool_choice
     required: the call's markup and the function's name forced), greedy, without the forced
-    tokens verified as chains, so bursts run through the name."""
+    tokens verified as chains, so bursts run through the name; 24 tokens: the call's start."""
     from router.openai_api.protocol import parse_chat
 
     tools = json.loads(TOOL_CALLS.read_text())["tools"]
     chat = {"messages": [{"role": "user", "content": question}], "tools": tools,
             "tool_choice": "required", "parallel_tool_calls": False}  # fmt: skip
     request = parse_chat(chat).generate
-    request.sampling.temperature, request.sampling.max_new_tokens = 0.0, 64
+    request.sampling.temperature, request.sampling.max_new_tokens = 0.0, 24
     request.speculation.forced_drafts = False
     return request
 
