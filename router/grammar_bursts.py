@@ -11,7 +11,8 @@ EOS passes only where the format may end). What follows is dropped, and the next
 masked one from the last kept token, run again at its position (its KV written again, the same
 values, into the slot it already holds). The output is the one masked step a Forward gives,
 token for token (on the H200, bf16: 1.01x free target-only with ``json_object``, 0.82x with a
-four-key schema, from 0.41x and 0.45x; docs/api.md).
+four-key schema, from 0.41x and 0.45x, measured before bursts checked masks rather than
+llguidance's validate_tokens; docs/api.md).
 
 A cut costs the burst's steps after it, so each request's bursts adapt: after a cut the next
 burst is at most as long as the kept part (2 at least), and each burst kept whole doubles it
