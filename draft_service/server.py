@@ -254,7 +254,7 @@ def serve(config: DraftConfig, tls: ServerTLS | None = None) -> None:
     draft_pb2_grpc.add_DraftModelServicer_to_server(servicer, server)
     address = f"{config.host}:{config.port}"
     health, address = start_server(server, [SERVICE_NAME], address, "draft", tls)
-    drain_on_sigterm(server, health, grace_s(5.0))
+    drain_on_sigterm(server, health, grace_s(5.0), streams)
     log.info(
         "draft (%s) serving on %s (%s, %s; tree: %d steps, topk %d, %d tokens)",
         drafter.method,

@@ -102,6 +102,20 @@ class StreamGate:
         self.max_open = max_open
         self._open = 0
         self._lock = threading.Lock()
+        self._waiting: set[grpc.ServicerContext] = set()  # streams between two requests
+        self._closed = False
+
+    def close(self) -> None:
+        """For a drain (plumbing/drain.py), after the server stopped taking new calls: no
+        stream takes another request. Those waiting for one are cancelled now, and those
+        answering one end after its reply, so the drain ends with the calls in flight instead of
+        its grace period; the client's next call opens a new stream, which the server refuses.
+        """
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), set()
+        for context in waiting:
+            context.cancel()
 
     def serve(
         self,
@@ -123,8 +137,26 @@ class StreamGate:
                 f"{self.max_open} streams are open already; use the unary method",
             )
         try:
-            for request in requests:
+            for request in self._until_closed(requests, context):
                 yield answer(request, context)
         finally:
             with self._lock:
                 self._open -= 1
+
+    def _until_closed(
+        self, requests: Iterator[Request], context: grpc.ServicerContext
+    ) -> Iterator[Request]:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._waiting.add(context)
+            try:
+                # Raises grpc.RpcError once close() cancels the stream: grpc ends it quietly.
+                request = next(requests, None)
+            finally:
+                with self._lock:
+                    self._waiting.discard(context)
+            if request is None:
+                return
+            yield request

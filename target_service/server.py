@@ -127,7 +127,7 @@ def serve(config: TargetConfig, tls: ServerTLS | None = None) -> None:
     )
     address = f"{config.host}:{config.port}"
     health, address = start_server(server, [SERVICE_NAME], address, "target", tls)
-    drain_on_sigterm(server, health, grace_s(5.0))
+    drain_on_sigterm(server, health, grace_s(5.0), streams)
     log.info(
         "target serving %s on %s (%s, %s, %d slots, %.0f MiB pools)",
         engine.model_config.name,

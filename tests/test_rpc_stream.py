@@ -127,6 +127,30 @@ def test_stream_ended_between_calls_is_replaced_without_an_error(echo: Echo) -> 
     run(echo, body)
 
 
+def test_a_closed_gate_ends_its_streams_between_calls(echo: Echo) -> None:
+    """A drain: once the server stops taking calls and the gate closes, a stream waiting for a
+    request ends at once and one answering a request ends after its reply, so the server stops
+    long before its grace period; the next call is refused."""
+    grace_s = 30
+
+    async def body(busy: StreamedUnary, channel) -> None:
+        idle = StreamedUnary(channel.stream_stream(METHOD))
+        assert await idle(b"a", timeout=5) == b"re:a"
+        answering = asyncio.ensure_future(busy(b"sleep:0.5", timeout=5))
+        await asyncio.sleep(0.2)
+        stopped = echo.server.stop(grace=grace_s)
+        echo.gate.close()
+        assert await answering == b"re:sleep:0.5"
+        assert await asyncio.to_thread(stopped.wait, grace_s / 3), "the drain took the grace"
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await idle(b"b", timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    assert echo.streams_opened == 0
+    run(echo, body)
+    assert echo.streams_opened == 2
+
+
 def test_gate_refuses_streams_past_its_bound() -> None:
     echo = Echo(max_open=1)
     try:
