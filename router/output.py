@@ -107,3 +107,28 @@ def coalesce(item: pb.GenerateResponse | Exception, outbox: asyncio.Queue) -> ob
         item.MergeFrom(following)  # token ids appended; the last item's finish fields
         item.text = text
     return item
+
+
+# gRPC clients refuse a message over 4 MiB unless told otherwise: no item may need more. Half
+# that leaves the item's own fields room; a long prompt's scores go out ahead of the item, in
+# items of their own.
+MAX_ITEM_BYTES = 2 << 20
+ENTRY_FRAMING_BYTES = 4  # a repeated field's tag and length in front of each entry, at most
+
+
+def within_receive_limit(item: pb.GenerateResponse) -> list[pb.GenerateResponse]:
+    """``item`` as items of at most ~MAX_ITEM_BYTES: a long prompt's scores (20 alternatives
+    each, past ~3,500 prompt tokens) split into items that carry only scores, then ``item``
+    with the rest; concatenated in order, the items' ``prompt_logprobs`` are ``item``'s."""
+    if not item.prompt_logprobs or item.ByteSize() <= MAX_ITEM_BYTES:
+        return [item]
+    parts, start, size = [], 0, 0
+    entries = list(item.prompt_logprobs)
+    for i, entry in enumerate(entries):
+        size += entry.ByteSize() + ENTRY_FRAMING_BYTES
+        if size > MAX_ITEM_BYTES and i > start:
+            parts.append(pb.GenerateResponse(request_id=item.request_id,
+                                             prompt_logprobs=entries[start:i]))  # fmt: skip
+            start, size = i, entry.ByteSize() + ENTRY_FRAMING_BYTES
+    del item.prompt_logprobs[:start]
+    return [*parts, item]

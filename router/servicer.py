@@ -12,7 +12,7 @@ from router.admission import AdmissionLimits, check_fields, check_prompt_len
 from router.discovery import DraftDiscovery
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 from router.format_cache import FormatCache
-from router.output import coalesce
+from router.output import coalesce, within_receive_limit
 from router.request import TRACE_HEADERS, Request
 from router.scheduler import Scheduler
 from router.strict_parse import Unparsable
@@ -63,7 +63,8 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
                     await context.abort(
                         _STATUS.get(type(item), grpc.StatusCode.INTERNAL), str(item)
                     )
-                yield item
+                for part in within_receive_limit(item):
+                    yield part
                 if item.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
                     return
         finally:
