@@ -118,7 +118,7 @@ ENTRY_FRAMING_BYTES = 4  # a repeated field's tag and length in front of each en
 
 def within_receive_limit(item: pb.GenerateResponse) -> list[pb.GenerateResponse]:
     """``item`` as items of at most ~MAX_ITEM_BYTES: a long prompt's scores (20 alternatives
-    each, past ~3,500 prompt tokens) split into items that carry only scores, then ``item``
+    each, past ~4,800 prompt tokens) split into items that carry only scores, then ``item``
     with the rest; concatenated in order, the items' ``prompt_logprobs`` are ``item``'s."""
     if not item.prompt_logprobs or item.ByteSize() <= MAX_ITEM_BYTES:
         return [item]
