@@ -30,7 +30,11 @@ ROUTER = os.environ.get("ROUTER", "router:50051")
 DRAFT_DNS = os.environ.get("DRAFT_DNS", "draft:50071")
 VOCAB = 49152
 MAX_NEW = 32
-stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(ROUTER))
+# Reconnect at once, not after gRPC's growing backoff (up to 120 s): a name that did not resolve
+# while the network's DNS was being updated (a container stopped or started just before this
+# phase) would otherwise hold every call UNAVAILABLE for half a minute and more.
+RECONNECT = [(f"grpc.{k}_reconnect_backoff_ms", 250) for k in ("initial", "min", "max")]
+stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(ROUTER, options=RECONNECT))
 
 
 def status() -> pb.ServerStatus:
