@@ -30,6 +30,14 @@ CHANNEL_OPTIONS = [
 # new connections between the two without a word. Ours refuse: the second one fails to bind.
 SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]
 
+# For the router's channels to the services it drives: a service back after a restart is
+# reached within a second, where gRPC's default backoff (x1.6 a failure) grows to two minutes.
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
 
 # A service still starting refuses connections, and a refused channel waits out gRPC's reconnect
 # backoff (1 s at first) before it tries again: a poll at that pace saw a service up to a second

@@ -7,21 +7,26 @@ A replica that only runs past its deadline is first suspected, not ejected: see
 router/replica_health.py. Releases a replica cannot take now are kept and sent once it answers.
 Replicas found by DNS (router.discovery) join through the same probe and leave like a
 failed replica, so a request never notices more than a few target-only steps.
+An idle replica in rotation is health-checked too, every probe interval: one that dies between
+requests leaves the status (and the replicas requests are given) at once, not when the next
+request meets it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from plumbing.grpc_util import CHANNEL_OPTIONS
+from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import draft_pb2, draft_pb2_grpc
+from router import telemetry
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
 
 log = logging.getLogger("splitspec.router")
@@ -44,6 +49,7 @@ class DraftReplica:
     source: str = STATIC  # or the DNS name it was found under
     error: str = "not probed yet"  # why it is not serving; "" while healthy
     warned_cut: bool = False  # said once that its trees exceed the router's --max-tree-tokens
+    checked_at: float = 0.0  # the last health check while idle in rotation (monotonic)
 
     @property
     def usable(self) -> bool:
@@ -53,7 +59,7 @@ class DraftReplica:
     def connect(
         cls, address: str, tls: ClientTLS | None = None, source: str = STATIC
     ) -> DraftReplica:
-        channel = aio_channel(address, tls, CHANNEL_OPTIONS)
+        channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         stub = draft_pb2_grpc.DraftModelStub(channel)
         return cls(address, channel, stub, StreamedUnary(stub.ProposeStream), source=source)
 
@@ -156,14 +162,32 @@ class DraftPool:
             await asyncio.sleep(min(self.probe_interval_s, 0.25))
 
     async def probe_once(self) -> None:
-        """Health-checks the replicas that are out of rotation or suspected."""
+        """Health-checks the replicas that are out of rotation or suspected, and the idle ones
+        in rotation that were not checked for a probe interval."""
         due = [r for r in list(self.replicas) if self._probe_due(r)]
-        await asyncio.gather(*(self._probe(r) for r in due))
+        idle = [r for r in list(self.replicas) if self._idle_check_due(r)]
+        await asyncio.gather(*(self._probe(r) for r in due), *(self._check_idle(r) for r in idle))
 
     @staticmethod
     def _probe_due(replica: DraftReplica) -> bool:
         never_seen = not replica.healthy and replica.health.state == CLOSED
         return never_seen or replica.health.wants_probe()
+
+    def _idle_check_due(self, replica: DraftReplica) -> bool:
+        """A replica serving requests is checked by their calls every step; an idle one is not."""
+        if not replica.usable or replica.request_ids:
+            return False
+        return time.monotonic() - replica.checked_at >= self.probe_interval_s
+
+    async def _check_idle(self, replica: DraftReplica) -> None:
+        replica.checked_at = time.monotonic()
+        error = await self._health_error(replica)
+        # Taken out only while still idle: one given requests meanwhile is judged by their calls.
+        if error and replica in self.replicas and replica.usable and not replica.request_ids:
+            # Ejecting an idle replica loses nothing: no request holds a context there.
+            reason = f"health check while idle: {error}"
+            telemetry.observer().draft_failure(replica.address, reason)
+            self.mark_failed(replica, reason)
 
     async def _probe(self, replica: DraftReplica) -> None:
         error = await self._check(replica)
@@ -181,8 +205,22 @@ class DraftPool:
             log.info("draft replica %s (%s) is serving", replica.address, replica.info.method)
 
     async def _check(self, replica: DraftReplica) -> str:
-        """What keeps the address from serving drafts ("" for nothing). Asking for the draft
-        service's health by name tells a draft apart from any other gRPC server."""
+        """What keeps the address from serving drafts ("" for nothing)."""
+        error = await self._health_error(replica)
+        if error:
+            return error
+        try:
+            replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
+            self._warn_if_trees_are_cut(replica)
+            await self._flush_releases(replica)
+        except grpc.aio.AioRpcError as err:
+            return f"GetInfo or Release failed ({err.code().name})"
+        return ""
+
+    @staticmethod
+    async def _health_error(replica: DraftReplica) -> str:
+        """Why its health check failed ("" if it passed). Asking for the draft service's health
+        by name tells a draft apart from any other gRPC server."""
         stub = health_pb2_grpc.HealthStub(replica.channel)
         request = health_pb2.HealthCheckRequest(service=DRAFT_SERVICE)
         try:
@@ -194,12 +232,6 @@ class DraftPool:
         if reply.status != health_pb2.HealthCheckResponse.SERVING:
             status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
             return f"draft service not serving ({status})"
-        try:
-            replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
-            self._warn_if_trees_are_cut(replica)
-            await self._flush_releases(replica)
-        except grpc.aio.AioRpcError as err:
-            return f"GetInfo or Release failed ({err.code().name})"
         return ""
 
     def _warn_if_trees_are_cut(self, replica: DraftReplica) -> None:

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from plumbing.grpc_util import CHANNEL_OPTIONS
+from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2, target_pb2_grpc
-
-RECONNECT_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 
 class TargetClient:
     def __init__(self, address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        # Reconnect soon after a restart (gRPC's default backoff grows to two minutes).
         self.channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
         # A step's calls, each over a stream of its own (plumbing/rpc_stream.py): a fraction
