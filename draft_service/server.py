@@ -220,6 +220,7 @@ def draft_info(drafter: Drafter, config: DraftConfig) -> draft_pb2.DraftInfo:
         method=drafter.method,
         needs_hidden=drafter.needs_hidden,
         hidden_size=int(getattr(drafter, "hidden_size", 0)),
+        vocab_size=int(getattr(drafter, "vocab_size", 0)),
         num_steps=config.num_steps,
         topk=config.topk,
         num_draft_tokens=config.num_draft_tokens,

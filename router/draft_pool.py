@@ -25,13 +25,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
-from protos import draft_pb2, draft_pb2_grpc
+from protos import draft_pb2, draft_pb2_grpc, target_pb2
 from router import telemetry
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
 
 log = logging.getLogger("splitspec.router")
 DRAFT_SERVICE = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
 STATIC = "static"
+MISFIT = "built for another target"  # how GetServerStatus says so (the launcher looks for it)
+FIT_HINT = "give the draft the target's --model and a head trained for it"
 
 
 @dataclass(eq=False)
@@ -79,8 +81,10 @@ class DraftPool:
         tls: ClientTLS | None = None,
         deadline_floor_s: float = 0.02,
         max_tree_tokens: int = 0,
+        target: target_pb2.TargetInfo | None = None,
     ) -> None:
         self.tls = tls
+        self.target = target  # what a replica must draft for (None: not checked)
         self.max_tree_tokens = max_tree_tokens  # the router's: larger trees are cut (0: none)
         self.deadline_floor_s = min(deadline_floor_s, timeout_s)
         self.timeout_s = timeout_s
@@ -211,6 +215,9 @@ class DraftPool:
             return error
         try:
             replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
+            misfit = draft_misfit(replica.info, self.target) if self.target else ""
+            if misfit:
+                return f"{MISFIT}: {misfit}"
             self._warn_if_trees_are_cut(replica)
             await self._flush_releases(replica)
         except grpc.aio.AioRpcError as err:
@@ -274,3 +281,16 @@ class DraftPool:
 
     async def close(self) -> None:
         await asyncio.gather(*(r.channel.close() for r in self.replicas), *self._closing)
+
+
+def draft_misfit(draft: draft_pb2.DraftInfo, target: target_pb2.TargetInfo) -> str:
+    """Why a replica cannot draft for this target ("" if it can). An EAGLE head built for
+    another model was kept in rotation before: each step's Ingest was refused (a wasted call and
+    an error line a request a step) and the replica read healthy while nothing was drafted."""
+    if draft.needs_hidden and draft.hidden_size and draft.hidden_size != target.hidden_size:
+        what = f"it reads hidden rows of width {draft.hidden_size}, the target's are"
+        return f"{what} {target.hidden_size} ({FIT_HINT})"
+    if draft.vocab_size and draft.vocab_size != target.vocab_size:
+        what = f"its vocabulary has {draft.vocab_size} tokens, the target's"
+        return f"{what} {target.vocab_size} ({FIT_HINT})"
+    return ""

@@ -107,6 +107,7 @@ def build_speculation(
     pool = DraftPool(
         list(config.draft_addresses), config.draft_timeout_s, tls=tls,
         deadline_floor_s=config.draft_deadline_floor_s, max_tree_tokens=config.max_tree_tokens,
+        target=info,
     )  # fmt: skip
     return Speculation(
         pool,

@@ -7,10 +7,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from plumbing.grpc_util import wait_healthy
 from plumbing.lifecycle import PARENT_PID_ENV
@@ -103,6 +103,11 @@ class ServiceProcess:
             return ""
         tail = self.log_path.read_text(errors="replace")[-2000:]
         return f"; log {self.log_path} ends with:\n{tail}"
+
+
+def why_not(replicas: Iterable[Any]) -> str:
+    """Each replica's address and the router's reason it is not serving (DraftReplicaStatus)."""
+    return "; ".join(f"{r.address}: {r.error}" for r in replicas) or "none is registered"
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -215,6 +220,7 @@ class LocalStack:
     def wait_drafts_serving(self, timeout_s: float, count: int | None = None) -> None:
         """Waits until the router reports ``count`` (default: all) draft replicas healthy."""
         from protos import generation_pb2, generation_pb2_grpc  # no grpc stubs at import time
+        from router.draft_pool import MISFIT
 
         want = len(self.drafts) if count is None else count
         deadline = time.monotonic() + timeout_s
@@ -227,8 +233,14 @@ class LocalStack:
                 )
                 if sum(r.healthy for r in status.draft_replicas) >= want:
                     return
+                misfits = [r for r in status.draft_replicas if MISFIT in r.error]
+                if misfits:  # waiting cannot mend it: the draft must be started otherwise
+                    raise RuntimeError(f"a draft replica cannot serve: {why_not(misfits)}")
                 time.sleep(0.2)
-        raise TimeoutError(f"router did not see {want} healthy draft replicas in {timeout_s:.0f} s")
+        why = why_not(r for r in status.draft_replicas if not r.healthy)
+        raise TimeoutError(
+            f"router did not see {want} healthy draft replicas in {timeout_s:.0f} s: {why}"
+        )
 
     def stop(self) -> None:
         """The router first (it stops taking work), then the model services together: their

@@ -138,6 +138,7 @@ def test_get_info(ngram, recording, replicas) -> None:
     info = ngram.GetInfo(draft_pb2.GetInfoRequest(), timeout=RPC_TIMEOUT_S)
     assert (info.method, info.needs_hidden, info.num_steps, info.topk, info.num_draft_tokens,
             info.device, info.dtype) == ("ngram", False, 5, 4, 16, "cpu", "float32")
+    assert info.vocab_size == 0  # any vocabulary: n-gram copies the context
     info = recording.GetInfo(draft_pb2.GetInfoRequest(), timeout=RPC_TIMEOUT_S)
     assert (info.method, info.needs_hidden) == ("recording", True)
     info = replicas["scripted"].stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=RPC_TIMEOUT_S)

@@ -259,8 +259,9 @@ def test_smollm2_random_head_proposes_valid_trees() -> None:
     assert tree.num_nodes == shape.num_draft_tokens
 
 
-def test_draft_info_names_the_heads_hidden_size(head: EagleHead) -> None:
-    """DraftInfo.hidden_size is the width of the hidden rows the replica reads (it read 0)."""
+def test_draft_info_names_the_heads_hidden_and_vocabulary_sizes(head: EagleHead) -> None:
+    """DraftInfo.hidden_size is the width of the hidden rows the replica reads (it read 0), and
+    vocab_size its trees' vocabulary: the router checks both against the target's."""
     from pathlib import Path
 
     from draft_service.server import DraftConfig, draft_info
@@ -269,6 +270,7 @@ def test_draft_info_names_the_heads_hidden_size(head: EagleHead) -> None:
     info = draft_info(drafter, DraftConfig(method="eagle", cache_dir=Path(".")))
     assert (info.method, info.needs_hidden) == ("eagle", True)
     assert info.hidden_size == head.config.target.hidden_size > 0
+    assert info.vocab_size == head.config.target.vocab_size > 0
 
 
 def test_the_start_up_warm_up_leaves_the_drafter_empty(head: EagleHead) -> None:

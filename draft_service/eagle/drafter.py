@@ -42,6 +42,11 @@ class EagleDrafter(Drafter):
         """Width of the target hidden rows this drafter reads (advertised in DraftInfo)."""
         return self.head.hidden_size
 
+    @property
+    def vocab_size(self) -> int:
+        """The target vocabulary its trees' ids come from (advertised in DraftInfo)."""
+        return self.head.config.target.vocab_size
+
     def __init__(
         self,
         head: EagleHead,
