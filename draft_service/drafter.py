@@ -65,6 +65,10 @@ class Drafter(ABC):
     def release(self, request_id: str) -> bool:
         """Drops a request's state; returns whether any was held."""
 
+    @abstractmethod
+    def held_ids(self) -> list[str]:
+        """The requests whose state is held."""
+
     def num_tokens(self, request_id: str) -> int:
         """Tokens held for a request (0 when none)."""
         return 0

@@ -78,5 +78,8 @@ class NgramContextDrafter(Drafter):
         self._ngram.drop(request_id)
         return self._num_tokens.pop(request_id, None) is not None
 
+    def held_ids(self) -> list[str]:
+        return list(self._num_tokens)
+
     def num_tokens(self, request_id: str) -> int:
         return self._num_tokens.get(request_id, 0)

@@ -162,6 +162,10 @@ class DraftEngine:
         with self._lock:
             return sum(self._forget(request_id) for request_id in set(request_ids))
 
+    def release_all(self) -> int:
+        with self._lock:
+            return sum(self._forget(request_id) for request_id in self.drafter.held_ids())
+
     def _forget(self, request_id: str) -> bool:
         self._last.pop(request_id, None)
         self._applied.forget(request_id)
@@ -251,6 +255,8 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         )
 
     def Release(self, request, context):  # noqa: N802
+        if request.all:
+            return draft_pb2.ReleaseResponse(num_released=self.run(self.engine.release_all))
         released = self.run(self.engine.release, list(request.request_ids))
         return draft_pb2.ReleaseResponse(num_released=released)
 

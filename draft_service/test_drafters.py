@@ -109,6 +109,9 @@ class ScriptedDrafter(Drafter):
     def release(self, request_id: str) -> bool:
         return self._contexts.pop(request_id, None) is not None
 
+    def held_ids(self) -> list[str]:
+        return list(self._contexts)
+
     def num_tokens(self, request_id: str) -> int:
         return len(self._contexts.get(request_id, ()))
 
@@ -230,6 +233,9 @@ class RecordingDrafter(Drafter):
         record.released = True
         self._write(record)
         return True
+
+    def held_ids(self) -> list[str]:
+        return list(self._held | set(self._inner.held_ids()))
 
     def num_tokens(self, request_id: str) -> int:
         return self._inner.num_tokens(request_id)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import tensor_pb2 as protos_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/draft.proto\x12\x12splitspec.draft.v1\x1a\x13protos/tensor.proto\"\x90\x01\n\rContextUpdate\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x18\n\x10hidden_start_pos\x18\x04 \x01(\r\x12+\n\x06hidden\x18\x05 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"O\n\x0bProposeItem\x12\x31\n\x06update\x18\x01 \x01(\x0b\x32!.splitspec.draft.v1.ContextUpdate\x12\r\n\x05round\x18\x02 \x01(\r\"@\n\x0eProposeRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.draft.v1.ProposeItem\"q\n\tDraftTree\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x03 \x03(\x05\x12\x0e\n\x06scores\x18\x04 \x03(\x02\x12\x15\n\rneeds_context\x18\x05 \x01(\x08\"f\n\x0fProposeResponse\x12,\n\x05trees\x18\x01 \x03(\x0b\x32\x1d.splitspec.draft.v1.DraftTree\x12\x12\n\ncompute_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"@\n\x0bIngestChunk\x12\x31\n\x06update\x18\x01 \x01(\x0b\x32!.splitspec.draft.v1.ContextUpdate\"Q\n\x0eIngestResponse\x12\x12\n\nnum_tokens\x18\x01 \x01(\r\x12\x17\n\x0fnum_hidden_rows\x18\x02 \x01(\r\x12\x12\n\ncompute_ms\x18\x03 \x01(\x01\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xb4\x01\n\tDraftInfo\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x14\n\x0cneeds_hidden\x18\x02 \x01(\x08\x12\x13\n\x0bhidden_size\x18\x03 \x01(\r\x12\x11\n\tnum_steps\x18\x04 \x01(\r\x12\x0c\n\x04topk\x18\x05 \x01(\r\x12\x18\n\x10num_draft_tokens\x18\x06 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x12\n\nvocab_size\x18\t \x01(\r2\xb1\x03\n\nDraftModel\x12R\n\x07Propose\x12\".splitspec.draft.v1.ProposeRequest\x1a#.splitspec.draft.v1.ProposeResponse\x12\\\n\rProposeStream\x12\".splitspec.draft.v1.ProposeRequest\x1a#.splitspec.draft.v1.ProposeResponse(\x01\x30\x01\x12O\n\x06Ingest\x12\x1f.splitspec.draft.v1.IngestChunk\x1a\".splitspec.draft.v1.IngestResponse(\x01\x12R\n\x07Release\x12\".splitspec.draft.v1.ReleaseRequest\x1a#.splitspec.draft.v1.ReleaseResponse\x12L\n\x07GetInfo\x12\".splitspec.draft.v1.GetInfoRequest\x1a\x1d.splitspec.draft.v1.DraftInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/draft.proto\x12\x12splitspec.draft.v1\x1a\x13protos/tensor.proto\"\x90\x01\n\rContextUpdate\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tstart_pos\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x18\n\x10hidden_start_pos\x18\x04 \x01(\r\x12+\n\x06hidden\x18\x05 \x01(\x0b\x32\x1b.splitspec.common.v1.Tensor\"O\n\x0bProposeItem\x12\x31\n\x06update\x18\x01 \x01(\x0b\x32!.splitspec.draft.v1.ContextUpdate\x12\r\n\x05round\x18\x02 \x01(\r\"@\n\x0eProposeRequest\x12.\n\x05items\x18\x01 \x03(\x0b\x32\x1f.splitspec.draft.v1.ProposeItem\"q\n\tDraftTree\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x03\x12\x16\n\x0eparent_indices\x18\x03 \x03(\x05\x12\x0e\n\x06scores\x18\x04 \x03(\x02\x12\x15\n\rneeds_context\x18\x05 \x01(\x08\"f\n\x0fProposeResponse\x12,\n\x05trees\x18\x01 \x03(\x0b\x32\x1d.splitspec.draft.v1.DraftTree\x12\x12\n\ncompute_ms\x18\x02 \x01(\x01\x12\x11\n\tdevice_ms\x18\x03 \x01(\x01\"@\n\x0bIngestChunk\x12\x31\n\x06update\x18\x01 \x01(\x0b\x32!.splitspec.draft.v1.ContextUpdate\"Q\n\x0eIngestResponse\x12\x12\n\nnum_tokens\x18\x01 \x01(\r\x12\x17\n\x0fnum_hidden_rows\x18\x02 \x01(\r\x12\x12\n\ncompute_ms\x18\x03 \x01(\x01\"2\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"\'\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\"\x10\n\x0eGetInfoRequest\"\xb4\x01\n\tDraftInfo\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x14\n\x0cneeds_hidden\x18\x02 \x01(\x08\x12\x13\n\x0bhidden_size\x18\x03 \x01(\r\x12\x11\n\tnum_steps\x18\x04 \x01(\r\x12\x0c\n\x04topk\x18\x05 \x01(\r\x12\x18\n\x10num_draft_tokens\x18\x06 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x12\n\nvocab_size\x18\t \x01(\r2\xb1\x03\n\nDraftModel\x12R\n\x07Propose\x12\".splitspec.draft.v1.ProposeRequest\x1a#.splitspec.draft.v1.ProposeResponse\x12\\\n\rProposeStream\x12\".splitspec.draft.v1.ProposeRequest\x1a#.splitspec.draft.v1.ProposeResponse(\x01\x30\x01\x12O\n\x06Ingest\x12\x1f.splitspec.draft.v1.IngestChunk\x1a\".splitspec.draft.v1.IngestResponse(\x01\x12R\n\x07Release\x12\".splitspec.draft.v1.ReleaseRequest\x1a#.splitspec.draft.v1.ReleaseResponse\x12L\n\x07GetInfo\x12\".splitspec.draft.v1.GetInfoRequest\x1a\x1d.splitspec.draft.v1.DraftInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,13 +47,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INGESTRESPONSE']._serialized_start=642
   _globals['_INGESTRESPONSE']._serialized_end=723
   _globals['_RELEASEREQUEST']._serialized_start=725
-  _globals['_RELEASEREQUEST']._serialized_end=762
-  _globals['_RELEASERESPONSE']._serialized_start=764
-  _globals['_RELEASERESPONSE']._serialized_end=803
-  _globals['_GETINFOREQUEST']._serialized_start=805
-  _globals['_GETINFOREQUEST']._serialized_end=821
-  _globals['_DRAFTINFO']._serialized_start=824
-  _globals['_DRAFTINFO']._serialized_end=1004
-  _globals['_DRAFTMODEL']._serialized_start=1007
-  _globals['_DRAFTMODEL']._serialized_end=1440
+  _globals['_RELEASEREQUEST']._serialized_end=775
+  _globals['_RELEASERESPONSE']._serialized_start=777
+  _globals['_RELEASERESPONSE']._serialized_end=816
+  _globals['_GETINFOREQUEST']._serialized_start=818
+  _globals['_GETINFOREQUEST']._serialized_end=834
+  _globals['_DRAFTINFO']._serialized_start=837
+  _globals['_DRAFTINFO']._serialized_end=1017
+  _globals['_DRAFTMODEL']._serialized_start=1020
+  _globals['_DRAFTMODEL']._serialized_end=1453
 # @@protoc_insertion_point(module_scope)

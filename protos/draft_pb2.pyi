@@ -76,10 +76,12 @@ class IngestResponse(_message.Message):
     def __init__(self, num_tokens: _Optional[int] = ..., num_hidden_rows: _Optional[int] = ..., compute_ms: _Optional[float] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("request_ids",)
+    __slots__ = ("request_ids", "all")
     REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
     request_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    all: bool
+    def __init__(self, request_ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("num_released",)

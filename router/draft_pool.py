@@ -1,14 +1,15 @@
 """The draft replicas: assignment (a request sticks to one), failure and recovery.
 
 A replica that fails a call is marked unhealthy and loses its requests; they continue
-target-only and move to another replica after catch-up. A background probe brings a
-recovered replica back (empty: requests re-ingest their context when assigned to it).
+target-only and move to another replica after catch-up. A background probe (what it asks:
+router/replica_check.py) brings a recovered replica back (empty: requests re-ingest their
+context when assigned to it).
 A replica that only runs past its deadline is first suspected, not ejected: see
 router/replica_health.py. Releases a replica cannot take now are kept and sent once it answers.
 Replicas found by DNS (router.discovery) join through the same probe and leave like a
 failed replica, so a request never notices more than a few target-only steps.
 An idle replica in rotation is health-checked too, every probe interval: one that dies between
-requests leaves the status (and the replicas requests are given) at once, not when the next
+requests leaves the status (and the replicas that requests are given) at once, not when the next
 request meets it.
 """
 
@@ -20,20 +21,17 @@ import time
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import draft_pb2, draft_pb2_grpc, target_pb2
 from router import telemetry
+from router.replica_check import admission_error, health_error
 from router.replica_health import CLOSED, OPEN, DeadlinePolicy, ReplicaHealth
 
 log = logging.getLogger("splitspec.router")
-DRAFT_SERVICE = draft_pb2.DESCRIPTOR.services_by_name["DraftModel"].full_name
 STATIC = "static"
-MISFIT = "built for another target"  # how GetServerStatus says so (the launcher looks for it)
-FIT_HINT = "give the draft the target's --model and a head trained for it"
 
 
 @dataclass(eq=False)
@@ -52,6 +50,7 @@ class DraftReplica:
     error: str = "not probed yet"  # why it is not serving; "" while healthy
     warned_cut: bool = False  # said once that its trees exceed the router's --max-tree-tokens
     checked_at: float = 0.0  # the last health check while idle in rotation (monotonic)
+    swept: bool = False  # told to drop what other routers left (once, before it first serves)
 
     @property
     def usable(self) -> bool:
@@ -185,7 +184,7 @@ class DraftPool:
 
     async def _check_idle(self, replica: DraftReplica) -> None:
         replica.checked_at = time.monotonic()
-        error = await self._health_error(replica)
+        error = await health_error(replica.channel)
         # Taken out only while still idle: one given requests meanwhile is judged by their calls.
         if error and replica in self.replicas and replica.usable and not replica.request_ids:
             # Ejecting an idle replica loses nothing: no request holds a context there.
@@ -194,7 +193,7 @@ class DraftPool:
             self.mark_failed(replica, reason)
 
     async def _probe(self, replica: DraftReplica) -> None:
-        error = await self._check(replica)
+        error = await admission_error(replica, self.target, self.max_tree_tokens)
         if replica not in self.replicas:
             return  # left while the probe ran
         replica.set_error(error)
@@ -207,57 +206,6 @@ class DraftPool:
         replica.healthy = True
         if not was_in and replica.info is not None:
             log.info("draft replica %s (%s) is serving", replica.address, replica.info.method)
-
-    async def _check(self, replica: DraftReplica) -> str:
-        """What keeps the address from serving drafts ("" for nothing)."""
-        error = await self._health_error(replica)
-        if error:
-            return error
-        try:
-            replica.info = await replica.stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=2.0)
-            misfit = draft_misfit(replica.info, self.target) if self.target else ""
-            if misfit:
-                return f"{MISFIT}: {misfit}"
-            self._warn_if_trees_are_cut(replica)
-            await self._flush_releases(replica)
-        except grpc.aio.AioRpcError as err:
-            return f"GetInfo or Release failed ({err.code().name})"
-        return ""
-
-    @staticmethod
-    async def _health_error(replica: DraftReplica) -> str:
-        """Why its health check failed ("" if it passed). Asking for the draft service's health
-        by name tells a draft apart from any other gRPC server."""
-        stub = health_pb2_grpc.HealthStub(replica.channel)
-        request = health_pb2.HealthCheckRequest(service=DRAFT_SERVICE)
-        try:
-            reply = await stub.Check(request, timeout=1.0)
-        except grpc.aio.AioRpcError as err:
-            if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
-                return f"not a draft service (health of {DRAFT_SERVICE}: {err.code().name})"
-            return f"unreachable ({err.code().name})"
-        if reply.status != health_pb2.HealthCheckResponse.SERVING:
-            status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            return f"draft service not serving ({status})"
-        return ""
-
-    def _warn_if_trees_are_cut(self, replica: DraftReplica) -> None:
-        size = replica.info.num_draft_tokens if replica.info else 0
-        if self.max_tree_tokens and size > self.max_tree_tokens and not replica.warned_cut:
-            replica.warned_cut = True
-            log.warning(
-                "draft replica %s proposes trees of up to %d nodes, but the router verifies at "
-                "most %d (--max-tree-tokens, capped by the target's): each tree is cut to its "
-                "first %d nodes, which loses acceptance; give the router and the target "
-                "--max-tree-tokens %d, or the drafter a smaller --num-draft-tokens",
-                replica.address, size, self.max_tree_tokens, self.max_tree_tokens, size,
-            )  # fmt: skip
-
-    async def _flush_releases(self, replica: DraftReplica) -> None:
-        if replica.pending_releases:
-            ids = sorted(replica.pending_releases)
-            await replica.stub.Release(draft_pb2.ReleaseRequest(request_ids=ids), timeout=2.0)
-            replica.pending_releases.difference_update(ids)
 
     async def release(self, replica: DraftReplica | None, request_id: str) -> None:
         if replica is None:
@@ -281,16 +229,3 @@ class DraftPool:
 
     async def close(self) -> None:
         await asyncio.gather(*(r.channel.close() for r in self.replicas), *self._closing)
-
-
-def draft_misfit(draft: draft_pb2.DraftInfo, target: target_pb2.TargetInfo) -> str:
-    """Why a replica cannot draft for this target ("" if it can). An EAGLE head built for
-    another model was kept in rotation before: each step's Ingest was refused (a wasted call and
-    an error line a request a step) and the replica read healthy while nothing was drafted."""
-    if draft.needs_hidden and draft.hidden_size and draft.hidden_size != target.hidden_size:
-        what = f"it reads hidden rows of width {draft.hidden_size}, the target's are"
-        return f"{what} {target.hidden_size} ({FIT_HINT})"
-    if draft.vocab_size and draft.vocab_size != target.vocab_size:
-        what = f"its vocabulary has {draft.vocab_size} tokens, the target's"
-        return f"{what} {target.vocab_size} ({FIT_HINT})"
-    return ""

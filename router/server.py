@@ -147,6 +147,7 @@ async def serve(
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
     target = TargetClient(config.target_address, config.rpc_timeout_s, tls)
     info = await target.info()
+    await target.release_orphans("the router is starting")
     spans = tracing.start(config, config.served_model_name or info.model_name)  # None: off
     router_decode_steps = config.decode_steps
     config = fit_to_target(config, info)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2, target_pb2_grpc
+
+log = logging.getLogger("splitspec.router")
 
 
 class TargetClient:
@@ -56,6 +59,18 @@ class TargetClient:
             await self.stub.Release(
                 target_pb2.ReleaseRequest(request_ids=request_ids), timeout=self.timeout_s
             )
+
+    async def release_orphans(self, when: str) -> int:
+        """Drops every request the target holds; ``when`` says why none can be ours. The router
+        owns its target, so what it holds then was left by a router that died (or by calls lost
+        with the target): kept, those requests held their rows for good, and once the rows ran
+        out every new request failed RESOURCE_EXHAUSTED."""
+        request = target_pb2.ReleaseRequest(all=True)
+        released = (await self.stub.Release(request, timeout=self.timeout_s)).num_released
+        if released:
+            log.warning("the target held %d requests no router serves (%s): released",
+                        released, when)  # fmt: skip
+        return released
 
     async def close(self) -> None:
         self._forward.close()

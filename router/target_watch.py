@@ -93,6 +93,16 @@ class TargetWatch:
             log.error("%s", message)
         self._refusal = self.scheduler.target_unavailable = message
 
+    async def _released_orphans(self) -> bool:
+        """A target back without a restart still holds the requests that failed with it (their
+        releases were lost): released here, where no request of ours is in flight."""
+        try:
+            await self.target.release_orphans("back after a loss")
+        except grpc.aio.AioRpcError as err:
+            log.warning("target back but its release failed (%s)", err.code().name)
+            return False
+        return True
+
     async def _apply(self) -> None:
         """On the scheduler's task: end every request, or start afresh."""
         if self._lost_reason is not None:
@@ -100,6 +110,9 @@ class TargetWatch:
             await self.scheduler.fail_all(message)
             self._lost_reason = None
         if self._back is not None and not self.scheduler.in_flight:
+            if not await self._released_orphans():
+                self._back = None  # the next good health check tries again
+                return
             # The radix cache pointed at dead KV; the pool may have another size now.
             self.scheduler.replace_kv(self.contract.adopt(self._back, self.scheduler.multi_step))
             self.scheduler.spec.forced_steps = ForcedSteps.for_target(self._back)

@@ -220,7 +220,7 @@ class LocalStack:
     def wait_drafts_serving(self, timeout_s: float, count: int | None = None) -> None:
         """Waits until the router reports ``count`` (default: all) draft replicas healthy."""
         from protos import generation_pb2, generation_pb2_grpc  # no grpc stubs at import time
-        from router.draft_pool import MISFIT
+        from router.replica_check import MISFIT
 
         want = len(self.drafts) if count is None else count
         deadline = time.monotonic() + timeout_s

@@ -201,6 +201,9 @@ class TargetEngine:
     def release(self, request_ids: list[str]) -> int:
         return sum(self.table.release(rid) for rid in request_ids)
 
+    def release_all(self) -> int:
+        return self.release(self.table.ids())
+
     # ---- the step -----------------------------------------------------------------------
 
     def _run(

@@ -81,6 +81,9 @@ class RequestTable:
         self._states[request_id] = state
         return state
 
+    def ids(self) -> list[str]:
+        return list(self._states)
+
     def release(self, request_id: str) -> bool:
         state = self._states.pop(request_id, None)
         if state is None:

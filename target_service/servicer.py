@@ -129,6 +129,8 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
 
     def Release(self, request, context):  # noqa: N802
+        if request.all:
+            return target_pb2.ReleaseResponse(num_released=self.run(self.engine.release_all))
         released = self.run(self.engine.release, list(request.request_ids))
         return target_pb2.ReleaseResponse(num_released=released)
 

@@ -35,6 +35,9 @@ class InfoOnly(draft_pb2_grpc.DraftModelServicer):
     async def GetInfo(self, request, context):  # noqa: N802
         return draft_pb2.DraftInfo(method="ngram", num_draft_tokens=self.tree_tokens)
 
+    async def Release(self, request, context):  # noqa: N802
+        return draft_pb2.ReleaseResponse()  # it holds nothing (the pool sweeps it on admission)
+
 
 async def start_server(draft: bool, tree_tokens: int = 16) -> tuple[grpc.aio.Server, str]:
     """A draft-like server, or (draft=False) one that is healthy but serves no draft."""

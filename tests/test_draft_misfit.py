@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from protos import draft_pb2, target_pb2
-from router.draft_pool import draft_misfit
+from router.replica_check import draft_misfit
 from splitspec.launcher import LocalStack
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     FP64,

@@ -11,7 +11,6 @@ target-only with the same tokens; so does an idle target with the router's strea
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import grpc
 import pytest
 
 from plumbing.drain import GRACE_ENV
-from protos import generation_pb2 as pb
 from splitspec.launcher import LocalStack
 from tests.helpers.processes import ngram_draft_process
+from tests.helpers.rpc import BackgroundStream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     FP64,
     START_TIMEOUT_S,
@@ -34,36 +33,6 @@ pytestmark = pytest.mark.timeout(180)
 MAX_NEW = 600
 PROMPT = list(range(1, 40))
 LONG_GRACE_S = 60  # a drain that waited for its grace would outlast the exits allowed below
-
-
-class BackgroundStream:
-    """A Generate stream read on a thread of its own; its items as they arrive."""
-
-    def __init__(self, router: Router, request: pb.GenerateRequest) -> None:
-        self.items: list[pb.GenerateResponse] = []
-        self.errors: list[Exception] = []
-        self.reader = threading.Thread(target=self._read, args=(router, request))
-        self.reader.start()
-
-    def _read(self, router: Router, request: pb.GenerateRequest) -> None:
-        try:
-            self.items.extend(router.stub.Generate(request, timeout=120))
-        except Exception as err:  # reported by the test
-            self.errors.append(err)
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [t for item in self.items for t in item.token_ids]
-
-    def wait_for_tokens(self, count: int) -> None:
-        while len(self.token_ids) < count and self.reader.is_alive():
-            time.sleep(0.005)
-
-    def finish(self) -> list[int]:
-        self.reader.join(120)
-        assert not self.errors, self.errors
-        assert self.items[-1].finish_reason == pb.FINISH_REASON_LENGTH
-        return self.token_ids
 
 
 def test_an_idle_draft_exits_cleanly_on_sigterm(tmp_path: Path) -> None:

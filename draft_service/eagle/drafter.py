@@ -129,6 +129,9 @@ class EagleDrafter(Drafter):
         self.rows.free(state.row)
         return True
 
+    def held_ids(self) -> list[str]:
+        return list(self._requests)
+
     def num_tokens(self, request_id: str) -> int:
         state = self._requests.get(request_id)
         return len(state.token_ids) if state else 0

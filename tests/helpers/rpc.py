@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -123,3 +124,33 @@ def assert_slots_accounted(status: pb.ServerStatus) -> None:
         f"{status.num_free_slots} free + {status.num_cached_tokens} cached != "
         f"{status.num_total_slots} total: slots leaked"
     )
+
+
+class BackgroundStream:
+    """A Generate stream read on a thread of its own; its items as they arrive."""
+
+    def __init__(self, router: Router, request: pb.GenerateRequest) -> None:
+        self.items: list[pb.GenerateResponse] = []
+        self.errors: list[Exception] = []
+        self.reader = threading.Thread(target=self._read, args=(router, request))
+        self.reader.start()
+
+    def _read(self, router: Router, request: pb.GenerateRequest) -> None:
+        try:
+            self.items.extend(router.stub.Generate(request, timeout=120))
+        except Exception as err:  # reported by the test
+            self.errors.append(err)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for item in self.items for t in item.token_ids]
+
+    def wait_for_tokens(self, count: int) -> None:
+        while len(self.token_ids) < count and self.reader.is_alive():
+            time.sleep(0.005)
+
+    def finish(self) -> list[int]:
+        self.reader.join(120)
+        assert not self.errors, self.errors
+        assert self.items[-1].finish_reason == pb.FINISH_REASON_LENGTH
+        return self.token_ids
