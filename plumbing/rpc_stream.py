@@ -38,6 +38,7 @@ class StreamedUnary(Generic[Request, Reply]):
         self._open_stream = open_stream
         self._call: Any = None
         self._turn = asyncio.Lock()
+        self._aborted = ""  # why abort() ended the call in flight
 
     async def __call__(self, request: Request, timeout: float) -> Reply:
         async with self._turn:
@@ -48,10 +49,24 @@ class StreamedUnary(Generic[Request, Reply]):
             except TimeoutError:
                 self.close()
                 raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            except asyncio.CancelledError:
+                self.close()
+                if not self._aborted or _cancelling():
+                    raise
+                raise _error(grpc.StatusCode.UNAVAILABLE, self._aborted) from None
             except BaseException:
                 self.close()
                 raise
+            finally:
+                self._aborted = ""
             return reply
+
+    def abort(self, why: str) -> None:
+        """Ends the call in flight, if any: its caller gets UNAVAILABLE (``why``) now, not at
+        its deadline."""
+        if self._call is not None and self._turn.locked():
+            self._aborted = why
+            self.close()
 
     async def _send(self, request: Request) -> Any:
         """Writes ``request`` on the open stream, or on a new one if that one had ended."""
@@ -87,6 +102,12 @@ class StreamedUnary(Generic[Request, Reply]):
     def close(self) -> None:
         if self._call is not None:
             self._drop(self._call)
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not just the call under it)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

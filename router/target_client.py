@@ -60,6 +60,13 @@ class TargetClient:
                 target_pb2.ReleaseRequest(request_ids=request_ids), timeout=self.timeout_s
             )
 
+    def abort_calls(self, why: str) -> None:
+        """Ends the step's Forward and Verify in flight with UNAVAILABLE (``why``): a target
+        found lost while hung would otherwise keep them, and their requests' clients, waiting
+        for the call's deadline (60 s and more after a SIGSTOP)."""
+        self._forward.abort(why)
+        self._verify.abort(why)
+
     async def release_orphans(self, when: str) -> int:
         """Drops every request the target holds; ``when`` says why none can be ours. The router
         owns its target, so what it holds then was left by a router that died (or by calls lost

@@ -74,6 +74,7 @@ class TargetWatch:
         self.scheduler.target_unavailable = f"target {self.target.address} unavailable"
         self._lost_reason = reason
         log.error("target lost (%s): not serving until it is back", reason)
+        self.target.abort_calls(f"target lost ({reason})")
         for name in self.names:
             await self.health.set(name, NOT_SERVING)
         self.scheduler.wake()

@@ -27,6 +27,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     oracle_head_dir_fixture,
     running_stack,
     tiny_model_dir_fixture,
+    wait_serving,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -106,16 +107,3 @@ def test_a_target_back_after_a_hang_holds_nothing_of_the_failed_requests(
     assert all(s.token_ids == expected for s in again), "a request after the hang failed"
     assert "target lost" in log and "release failed" in log, "the hang did not test the path"
     assert f"the target held {NUM_STREAMS} requests no router serves (back after a loss)" in log
-
-
-def wait_serving(router: Router, timeout_s: float = 60.0) -> None:
-    """Until a one-token request succeeds (the router refuses them while the target is lost)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            router.generate(ids_request(PROMPT, 1, False), 10)
-            return
-        except grpc.RpcError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

@@ -112,6 +112,29 @@ def test_missed_deadline_never_answers_the_next_call(echo: Echo) -> None:
     run(echo, body)
 
 
+def test_an_aborted_call_ends_unavailable_at_once_and_the_next_goes_on(echo: Echo) -> None:
+    async def body(call: StreamedUnary, channel) -> None:
+        waiting = asyncio.ensure_future(call(b"sleep:5", timeout=30))  # a hung server's call
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        call.abort("target lost (test)")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await waiting
+        assert time.monotonic() - started < 1.0, "the call waited for its reply"
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert info.value.details() == "target lost (test)"
+        call.abort("between calls: nothing to end")
+        assert await call(b"next", timeout=5) == b"re:next"
+        # A task cancelled while its call waits is still cancelled, not an RPC error.
+        cancelled = asyncio.ensure_future(call(b"sleep:5", timeout=30))
+        await asyncio.sleep(0.2)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+
+    run(echo, body)
+
+
 def test_stream_ended_between_calls_is_replaced_without_an_error(echo: Echo) -> None:
     async def body(call: StreamedUnary, channel) -> None:
         assert await call(b"one", timeout=5) == b"re:one"

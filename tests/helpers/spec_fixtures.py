@@ -13,8 +13,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import grpc
 
 from protos import generation_pb2 as pb
 from router.tokenizer import Tokenizer
@@ -252,3 +255,16 @@ def random_prompts(seed: int, count: int, vocab_size: int, max_len: int = 300) -
             ids = [rng.randrange(vocab_size) for _ in range(length)]
         prompts.append(ids)
     return prompts
+
+
+def wait_serving(router: Router, timeout_s: float = 60.0) -> None:
+    """Until a one-token request succeeds (the router refuses them while the target is lost)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            router.generate(ids_request([1, 2, 3], 1, False), 10)
+            return
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
