@@ -196,12 +196,14 @@ class SchedulerGauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         s, kv = self.scheduler, self.scheduler.kv
         used = 1.0 - kv.num_free / kv.num_total if kv.num_total else 0.0
+        serving = 0 if s.target_unavailable else 1
         values = [
             ("num_requests_running", "Requests in the running batch.", len(s.running)),
             ("num_requests_waiting", "Requests in the admission queue.", len(s.waiting)),
             ("kv_cache_usage_perc", "Fraction of KV slots in use or cached.", used),
             ("radix_cache_tokens", "Tokens held by the radix cache.", kv.cache.num_cached_tokens),
             ("draft_replicas_healthy", "Draft replicas in rotation.", len(s.spec.pool.healthy)),
+            ("target_serving", "1 while the target serves, 0 while lost or unfit.", serving),
         ]
         for name, doc, value in values:
             family = GaugeMetricFamily(P + name, doc, labels=["model_name"])

@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
@@ -72,6 +73,14 @@ def http_completion(stack: LocalStack, prompt: list[int]) -> tuple[int, dict]:
             return reply.status, json.load(reply)
     except urllib.error.HTTPError as err:
         return err.code, json.load(err)["error"]
+
+
+def target_serving(stack: LocalStack) -> float:
+    """The router's ``splitspec:target_serving`` gauge, from its /metrics."""
+    with urllib.request.urlopen(f"http://{stack.http_address}/metrics", timeout=10) as reply:
+        families = text_string_to_metric_families(reply.read().decode())
+        (sample,) = next(f for f in families if f.name == "splitspec:target_serving").samples
+    return sample.value
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +152,13 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
     with pytest.raises(grpc.RpcError) as refused:
         router.generate(short[0], timeout_s=10)
     http_refusal = http_completion(stack, prompts[0])
+    serving_while_down = target_serving(stack)
     stack.target.start()
     stack.target.wait_healthy(120)
     back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
                           "router did not serve again")
     status = router.status()
+    serving_once_back = target_serving(stack)
     again = [s.token_ids for s in router.generate_many(short)]
     final = router.status()
     drained = graceful_shutdown(stack, long[:3])
@@ -163,6 +174,7 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
     assert http_refusal[0] == 503 and http_refusal[1]["type"] == "server_error", http_refusal
     assert "unavailable" in http_refusal[1]["message"]
     assert back_after < 30
+    assert (serving_while_down, serving_once_back) == (0, 1)  # the /metrics gauge
     assert status.num_cached_tokens == 0 and status.num_free_slots == status.num_total_slots
     assert again == reference
     assert_slots_accounted(final)

@@ -97,6 +97,7 @@ def test_counters_equal_the_workload(eco_stack: EcoStack) -> None:
     assert after[verify] - before.get(verify, 0) == sent("steps")
     assert after["splitspec:num_requests_running"] == after["splitspec:num_requests_waiting"] == 0
     assert after["splitspec:draft_replicas_healthy"] == 1
+    assert after["splitspec:target_serving"] == 1
     assert 0 < after["splitspec:kv_cache_usage_perc"] <= 1  # the radix cache holds prompts
     propose = [k for k in after if k.startswith("splitspec:draft_rpc_latency_seconds_count")]
     assert any('"Propose"' in k for k in propose), propose

@@ -60,6 +60,7 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
          "failed {{replica}}"),
     ]),
     ("Target device time per call", "s", quantiles("target_step_device_seconds", "method")),
+    ("Target serving (1) or lost (0)", "short", [("splitspec:target_serving", "serving")]),
     ("KV slots in use", "percentunit", [("splitspec:kv_cache_usage_perc", "KV usage")]),
     ("Radix cache hit rate", "percentunit", [
         (f"rate(splitspec:prefix_cache_hits_total{R}) / "
