@@ -59,7 +59,11 @@ def admit_step(
 ) -> list[RequestState]:
     """Validates every item, then opens new requests and appends every item's new slots."""
     _check_step_shape(limits, items)
-    found = [table.find(it.request_id) for it in items]
+    # An item that carries sampling opens its request: a state still held under its id belongs
+    # to an earlier request whose release never arrived (a step failed while the target
+    # stalled, and the client retried under the same id). Taken for this one's, it mapped the
+    # new positions to the old request's slots, which the router has given to others since.
+    found = [None if it.sampling is not None else table.find(it.request_id) for it in items]
     for item, state in zip(items, found, strict=True):
         if state is None:
             _check_new(item, limits.vocab_size)

@@ -75,6 +75,8 @@ class RequestTable:
         return self._states.get(request_id)
 
     def open(self, request_id: str, sampling: SamplingSpec) -> RequestState:
+        """A new request's state; one still held under its id is dropped (admission.py)."""
+        self.release(request_id)
         if not self._free_rows:
             raise OutOfCapacity(f"all {self.slots.shape[0]} request rows are in use")
         state = RequestState(self._free_rows.pop(), 0, sampling)
