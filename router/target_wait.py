@@ -15,9 +15,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.security import ClientTLS, aio_channel
+from protos import target_pb2
 
 log = logging.getLogger("splitspec.router")
 REPORT_EVERY_S = 10.0
+TARGET_SERVICE = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
+# What a gRPC server without the target service answers a health check by its name.
+NOT_A_TARGET = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED)
 
 # At gRPC's default reconnect backoff (x1.6 up to 120 s) the router noticed a target up to ~20 s
 # late, and with the backoff growing to 1 s, up to a second late at every start. A refused
@@ -39,7 +43,7 @@ async def wait_for_target(address: str, timeout_s: float, tls: ClientTLS | None 
     async with aio_channel(address, tls, PROBE_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while loop.time() < started + timeout_s:
-            last = await _probe(stub)
+            last = await _probe(stub, address)
             if not last:
                 return
             if loop.time() >= next_report:
@@ -50,11 +54,19 @@ async def wait_for_target(address: str, timeout_s: float, tls: ClientTLS | None 
     raise SystemExit(f"router: target at {address} not healthy after {timeout_s:.0f} s ({last})")
 
 
-async def _probe(stub: health_pb2_grpc.HealthStub) -> str:
-    """'' when the target serves, else what the probe met."""
+async def _probe(stub: health_pb2_grpc.HealthStub, address: str) -> str:
+    """'' when the target serves, else what the probe met. Asked by the target service's name,
+    so that another gRPC server there (a draft, a router: a wrong --target) is said to be one
+    at once, where it used to pass and the router died of an UNIMPLEMENTED GetInfo."""
     try:
-        reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
+        request = health_pb2.HealthCheckRequest(service=TARGET_SERVICE)
+        reply = await stub.Check(request, timeout=2.0)
     except grpc.aio.AioRpcError as err:
+        if err.code() in NOT_A_TARGET:
+            raise SystemExit(
+                f"router: {address} is not a target service (its health check does not know "
+                f"{TARGET_SERVICE}: {err.code().name}); --target names the target service"
+            ) from None
         return f"{err.code().name}: {err.details()}"
     if reply.status == health_pb2.HealthCheckResponse.SERVING:
         return ""

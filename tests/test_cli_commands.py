@@ -16,6 +16,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.helpers.processes import ngram_draft_process
+
 pytestmark = pytest.mark.timeout(120)
 SERVICES = ("router", "target", "draft")
 
@@ -82,3 +84,19 @@ def test_a_router_without_its_target_says_what_it_waits_for_and_gives_up() -> No
     assert "waiting for the target at 127.0.0.1:1 (up to 1 s)" in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("router: target at 127.0.0.1:1 not healthy after 1 s (UNAVAILABLE"), last
+
+
+def test_a_router_pointed_at_a_draft_says_it_is_not_a_target(tmp_path: Path) -> None:
+    """It used to take the draft for a target (its plain health check passes) and die of an
+    UNIMPLEMENTED GetInfo with a traceback."""
+    draft = ngram_draft_process(tmp_path / "draft.log")
+    draft.start()
+    try:
+        draft.wait_healthy(60)
+        done = splitspec("router", "--port", "0", "--target", draft.address)
+    finally:
+        draft.stop()
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"router: {draft.address} is not a target service"), last
