@@ -147,6 +147,9 @@ def describe_rpc_error(err: grpc.RpcError, address: str) -> str:
     if code.name == "UNAVAILABLE" and "connect" in details:
         return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
                 "or pass --address")  # fmt: skip
+    if code.name == "UNIMPLEMENTED":  # a target or a draft service: their ports are internal
+        return (f"{address} is not a router (no Generate there: {details}); pass the router's "
+                "--address")  # fmt: skip
     return f"{code.name}: {details}"
 
 

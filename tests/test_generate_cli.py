@@ -61,6 +61,14 @@ def test_no_router_is_one_line_naming_the_address() -> None:
     assert "splitspec serve" in lines[0]
 
 
+def test_a_target_address_is_one_line_saying_it_is_not_a_router(stack: LocalStack) -> None:
+    done = generate(stack.target_address, "Say hello.")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {stack.target_address} is not a router"), lines[0]
+
+
 def reply_of(done: subprocess.CompletedProcess) -> str:
     """The streamed text: stdout before the blank line and the summary."""
     assert done.returncode == 0, done.stderr[-2000:]
