@@ -38,6 +38,10 @@ RECONNECT_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
+# The metadata key a router names itself by on every call to its target
+# (target_service/ownership.py): the target takes one router's calls at a time.
+ROUTER_ID_KEY = "splitspec-router-id"
+
 
 # A service still starting refuses connections, and a refused channel waits out gRPC's reconnect
 # backoff (1 s at first) before it tries again: a poll at that pace saw a service up to a second

@@ -182,6 +182,22 @@ class GetInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ClaimRequest(_message.Message):
+    __slots__ = ("router_id", "router_name", "lease_s", "give_up")
+    ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    GIVE_UP_FIELD_NUMBER: _ClassVar[int]
+    router_id: str
+    router_name: str
+    lease_s: float
+    give_up: bool
+    def __init__(self, router_id: _Optional[str] = ..., router_name: _Optional[str] = ..., lease_s: _Optional[float] = ..., give_up: _Optional[bool] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class TargetInfo(_message.Message):
     __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics", "max_decode_steps", "masked_verify_graph_batch")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class TargetModelStub:
                 request_serializer=protos_dot_target__pb2.GetInfoRequest.SerializeToString,
                 response_deserializer=protos_dot_target__pb2.TargetInfo.FromString,
                 _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/splitspec.target.v1.TargetModel/Claim',
+                request_serializer=protos_dot_target__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=protos_dot_target__pb2.ClaimResponse.FromString,
+                _registered_method=True)
 
 
 class TargetModelServicer:
@@ -126,6 +131,18 @@ class TargetModelServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Claim(self, request, context):
+        """Makes the caller the router that drives this target, or renews its claim. One router at a
+        time: each owns the KV slots it hands out, so two would write over each other's KV. A
+        router sends its id as `splitspec-router-id` metadata on every call; a call whose id is not
+        the live claim's is refused FAILED_PRECONDITION, and a call with an id while no claim is
+        live makes that router the owner. A claim lapses lease_s after the owner's last call.
+        Calls without the metadata (tools, tests) are not checked. FAILED_PRECONDITION: held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TargetModelServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +180,11 @@ def add_TargetModelServicer_to_server(servicer, server):
                     servicer.GetInfo,
                     request_deserializer=protos_dot_target__pb2.GetInfoRequest.FromString,
                     response_serializer=protos_dot_target__pb2.TargetInfo.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=protos_dot_target__pb2.ClaimRequest.FromString,
+                    response_serializer=protos_dot_target__pb2.ClaimResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +376,33 @@ class TargetModel:
             '/splitspec.target.v1.TargetModel/GetInfo',
             protos_dot_target__pb2.GetInfoRequest.SerializeToString,
             protos_dot_target__pb2.TargetInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/splitspec.target.v1.TargetModel/Claim',
+            protos_dot_target__pb2.ClaimRequest.SerializeToString,
+            protos_dot_target__pb2.ClaimResponse.FromString,
             options,
             channel_credentials,
             insecure,

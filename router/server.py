@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
+import socket
 from collections.abc import Callable
 
 import grpc
@@ -39,7 +41,7 @@ from router.slot_allocator import SlotAllocator
 from router.speculation import Speculation
 from router.target_client import TargetClient
 from router.target_contract import TargetContract
-from router.target_wait import wait_for_target
+from router.target_wait import claim_target, wait_for_target
 from router.target_watch import TargetWatch
 from router.tokenizer import Tokenizer
 from router.validation import Limits
@@ -145,7 +147,9 @@ async def serve(
     tokenizer = Tokenizer.from_model_path(str(config.model_path))
     tls = security.internal_tls
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
-    target = TargetClient(config.target_address, config.rpc_timeout_s, tls)
+    name = f"{socket.gethostname()} pid {os.getpid()} port {config.port}"
+    target = TargetClient(config.target_address, config.rpc_timeout_s, tls, name)
+    await claim_target(target, config.connect_timeout_s)
     info = await target.info()
     await target.release_orphans("the router is starting")
     spans = tracing.start(config, config.served_model_name or info.model_name)  # None: off
@@ -191,6 +195,7 @@ async def serve(
     try:
         await first_to_end(tasks)
     finally:
+        await target.give_up()  # the next router need not wait for the claim to lapse
         if spans is not None:  # the spans still queued leave before the process does
             spans.stop()
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
-from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS
+import grpc
+
+from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS, ROUTER_ID_KEY
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2, target_pb2_grpc
@@ -13,19 +17,29 @@ from protos import target_pb2, target_pb2_grpc
 log = logging.getLogger("splitspec.router")
 
 
+# How long the target keeps this router's claim after its last call (target_service/ownership.py):
+# the wait of a router started after one that died. The watch renews it every 0.25 s.
+CLAIM_LEASE_S = 5.0
+
+
 class TargetClient:
-    def __init__(self, address: str, timeout_s: float, tls: ClientTLS | None = None) -> None:
+    def __init__(
+        self, address: str, timeout_s: float, tls: ClientTLS | None = None, name: str = ""
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self.channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
+        # Every call names this router: the target takes one router's calls at a time.
+        self.router_id, self.name = uuid.uuid4().hex, name
+        self.metadata = ((ROUTER_ID_KEY, self.router_id),)
         # A step's calls, each over a stream of its own (plumbing/rpc_stream.py): a fraction
         # of a unary call's round trip, and a Forward and a Verify may still run together.
         self._forward: StreamedUnary[target_pb2.ForwardRequest, target_pb2.ForwardResponse] = (
-            StreamedUnary(self.stub.ForwardStream)
+            StreamedUnary(functools.partial(self.stub.ForwardStream, metadata=self.metadata))
         )
         self._verify: StreamedUnary[target_pb2.VerifyRequest, target_pb2.VerifyResponse] = (
-            StreamedUnary(self.stub.VerifyStream)
+            StreamedUnary(functools.partial(self.stub.VerifyStream, metadata=self.metadata))
         )
 
     async def info(self) -> target_pb2.TargetInfo:
@@ -50,6 +64,7 @@ class TargetClient:
         call = self.stub.ReadHidden(
             target_pb2.ReadHiddenRequest(request_id=request_id, start_pos=start, end_pos=end),
             timeout=self.timeout_s,
+            metadata=self.metadata,
         )
         async for chunk in call:
             yield chunk
@@ -57,7 +72,9 @@ class TargetClient:
     async def release(self, request_ids: list[str]) -> None:
         if request_ids:
             await self.stub.Release(
-                target_pb2.ReleaseRequest(request_ids=request_ids), timeout=self.timeout_s
+                target_pb2.ReleaseRequest(request_ids=request_ids),
+                timeout=self.timeout_s,
+                metadata=self.metadata,
             )
 
     def abort_calls(self, why: str) -> None:
@@ -73,11 +90,30 @@ class TargetClient:
         with the target): kept, those requests held their rows for good, and once the rows ran
         out every new request failed RESOURCE_EXHAUSTED."""
         request = target_pb2.ReleaseRequest(all=True)
-        released = (await self.stub.Release(request, timeout=self.timeout_s)).num_released
+        reply = await self.stub.Release(request, timeout=self.timeout_s, metadata=self.metadata)
+        released = reply.num_released
         if released:
             log.warning("the target held %d requests no router serves (%s): released",
                         released, when)  # fmt: skip
         return released
+
+    async def claim(self) -> None:
+        """Makes this router the target's, or renews its claim; FAILED_PRECONDITION while
+        another router's claim is live (its details name that router)."""
+        request = target_pb2.ClaimRequest(
+            router_id=self.router_id, router_name=self.name, lease_s=CLAIM_LEASE_S
+        )
+        await self.stub.Claim(request, timeout=min(self.timeout_s, 2.0))
+
+    async def give_up(self) -> None:
+        """Hands the target over at once, for a router that stops: the next need not wait for
+        the claim to lapse. Best effort: a claim not given up lapses anyway."""
+        request = target_pb2.ClaimRequest(router_id=self.router_id, give_up=True)
+        try:
+            await self.stub.Claim(request, timeout=2.0)
+        except grpc.aio.AioRpcError as err:
+            log.warning("could not hand the target over (%s): it is free in %.0f s",
+                        err.code().name, CLAIM_LEASE_S)  # fmt: skip
 
     async def close(self) -> None:
         self._forward.close()

@@ -1,8 +1,11 @@
-"""Start-up's wait for the target: probe its health until it serves, saying what it waits for.
+"""Start-up's wait for the target: probe its health until it serves, then until it is this
+router's (target_service/ownership.py), saying what it waits for.
 
 A target that is still starting (a minute on a cold cache) refuses connections; the router
 waits for it (10 minutes by default) and says so, then every 10 s what the last probe met, so a
-wrong --target reads as one in the log instead of as a router that hangs without a word.
+wrong --target reads as one in the log instead of as a router that hangs without a word. A
+target another router drives is waited for too (that router's claim lapses 5 s after it dies,
+and at once when it stops), and the log names the other router.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2
+from router.target_client import TargetClient
 
 log = logging.getLogger("splitspec.router")
 REPORT_EVERY_S = 10.0
@@ -71,3 +75,28 @@ async def _probe(stub: health_pb2_grpc.HealthStub, address: str) -> str:
     if reply.status == health_pb2.HealthCheckResponse.SERVING:
         return ""
     return f"health {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+
+
+async def claim_target(target: TargetClient, timeout_s: float) -> None:
+    """Returns once the target is this router's; until then, every 10 s, says whose it is."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    next_report = started
+    while True:
+        try:
+            await target.claim()
+            return
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise SystemExit(
+                    f"router: the target at {target.address} takes no claims: it is older "
+                    "than this router; run one version of both"
+                ) from None
+            last = err.details() or err.code().name
+        if loop.time() >= started + timeout_s:
+            raise SystemExit(f"router: the target at {target.address} was not free for "
+                             f"{timeout_s:.0f} s: {last}")  # fmt: skip
+        if loop.time() >= next_report:
+            log.warning("waiting for the target at %s to be free: %s", target.address, last)
+            next_report += REPORT_EVERY_S
+        await asyncio.sleep(0.25)

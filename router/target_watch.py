@@ -56,22 +56,42 @@ class TargetWatch:
         failed_in_a_row = 0
         while True:
             await asyncio.sleep(self.interval_s)
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
-                serving = reply.status == SERVING
-            except grpc.aio.AioRpcError:
-                serving = False
+            serving = await self._serving(stub)
+            taken = await self._taken() if serving else ""
             failed_in_a_row = 0 if serving else failed_in_a_row + 1
+            if self.up and taken:  # at once: the target refuses our calls already
+                await self._lose(taken)
             # Two in a row: one slow answer from a busy target must not fail every request.
-            if self.up and failed_in_a_row >= LOST_AFTER_FAILED_CHECKS:
+            elif self.up and failed_in_a_row >= LOST_AFTER_FAILED_CHECKS:
                 await self._lose(f"{failed_in_a_row} health checks failed")
-            elif not self.up and serving and self._back is None:
+            elif not self.up and serving and not taken and self._back is None:
                 await self._came_back()
+
+    @staticmethod
+    async def _serving(stub: health_pb2_grpc.HealthStub) -> bool:
+        try:
+            reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == SERVING
+
+    async def _taken(self) -> str:
+        """Renews this router's claim on the target (target_service/ownership.py): '' when it
+        holds, else why not. Another router drives the target once this one's claim lapsed (it
+        hung for the claim's lease, 5 s); this one then serves nothing until it is free again."""
+        try:
+            await self.target.claim()
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return err.details() or "another router drives the target"
+        return ""  # a claim that failed otherwise: the health checks judge the target
 
     async def _lose(self, reason: str) -> None:
         self.up = False
         self.num_losses += 1
-        self.scheduler.target_unavailable = f"target {self.target.address} unavailable"
+        # New requests are refused with the reason too: "another router drives it" wants
+        # another remedy than "it does not answer".
+        self.scheduler.target_unavailable = f"target {self.target.address} unavailable ({reason})"
         self._lost_reason = reason
         log.error("target lost (%s): not serving until it is back", reason)
         self.target.abort_calls(f"target lost ({reason})")
@@ -107,8 +127,7 @@ class TargetWatch:
     async def _apply(self) -> None:
         """On the scheduler's task: end every request, or start afresh."""
         if self._lost_reason is not None:
-            message = f"{self.scheduler.target_unavailable} ({self._lost_reason})"
-            await self.scheduler.fail_all(message)
+            await self.scheduler.fail_all(self.scheduler.target_unavailable or "target lost")
             self._lost_reason = None
         if self._back is not None and not self.scheduler.in_flight:
             if not await self._released_orphans():

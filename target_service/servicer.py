@@ -12,6 +12,7 @@ from protos import target_pb2, target_pb2_grpc
 from target_service.engine import StepItem, TargetEngine, VerifyItem
 from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.logprob_pass import TokenLogprobs
+from target_service.ownership import Held, Ownership, router_id_of
 from target_service.request_table import SamplingSpec
 
 # 256 rows of SmolLM2 (576 fp32) are 576 KiB: far under the message limit, large enough to
@@ -70,6 +71,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         compute.thread_setup = torch.get_num_threads  # torch's thread count on each thread
         self.run = compute.run_here if inline else compute.run
         self.streams = streams  # ForwardStream and VerifyStream: a router holds one of each
+        self.ownership = Ownership()  # the router whose calls are taken (ownership.py)
 
     def Forward(self, request, context):  # noqa: N802 (gRPC naming)
         items = [item_from_pb(it) for it in request.items]
@@ -129,6 +131,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
 
     def Release(self, request, context):  # noqa: N802
+        self._admit(context)
         if request.all:
             return target_pb2.ReleaseResponse(num_released=self.run(self.engine.release_all))
         released = self.run(self.engine.release, list(request.request_ids))
@@ -137,7 +140,30 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
     def GetInfo(self, request, context):  # noqa: N802
         return self.info
 
+    def Claim(self, request, context):  # noqa: N802
+        if request.give_up:
+            self.ownership.give_up(request.router_id)
+            return target_pb2.ClaimResponse()
+        if not request.router_id or not request.lease_s > 0:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a claim needs a router_id and a lease_s > 0 (got {request.router_id!r}, "
+                f"{request.lease_s})",
+            )
+        try:
+            self.ownership.claim(request.router_id, request.router_name, request.lease_s)
+        except Held as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+        return target_pb2.ClaimResponse()
+
+    def _admit(self, context) -> None:
+        try:
+            self.ownership.admit(router_id_of(context))
+        except Held as err:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+
     def _call(self, context, fn, *args):
+        self._admit(context)
         try:
             return self.run(fn, *args)
         except (InvalidStep, UnknownRequest, OutOfCapacity) as err:
