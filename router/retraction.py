@@ -32,8 +32,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import grpc
-
 from protos import draft_pb2
 from router.request import Request
 
@@ -116,10 +114,4 @@ class KVPressure:
         s.waiting.appendleft(req)  # older than anything waiting: first to come back
 
     async def _release(self, reqs: list[Request]) -> None:
-        if not reqs:
-            return
-        try:
-            await self.scheduler.target.release([r.request_id for r in reqs])
-        except grpc.aio.AioRpcError as err:
-            log.warning("target release of %d retracted requests failed: %s", len(reqs),
-                        err.code().name)  # fmt: skip
+        await self.scheduler.releases.release([r.request_id for r in reqs])

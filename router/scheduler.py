@@ -32,6 +32,7 @@ from router.step_mode import StepMode
 from router.step_timing import StepClock
 from router.target_calls import TargetReplies, forward_and_verify
 from router.target_client import TargetClient
+from router.target_releases import TargetReleases
 from router.tokenizer import Tokenizer
 
 log = logging.getLogger("splitspec.router")
@@ -70,7 +71,11 @@ class Scheduler:
         self.in_flight: dict[str, Request] = {}
         self._wakeup = asyncio.Event()
         self.intake = ArrivalGate()  # a burst of calls is taken in before the next step
-        self.before_step: list[Callable[[], Awaitable[None]]] = [self.intake.settle]
+        self.releases = TargetReleases(target, self.in_flight)  # a failed one goes again
+        self.before_step: list[Callable[[], Awaitable[None]]] = [
+            self.intake.settle,
+            self._flush_releases,
+        ]
         self.target_unavailable: str | None = None  # set: new requests refused UNAVAILABLE
         self.pressure = KVPressure(self)  # --kv-policy retract: what gives way when slots run short
         self.mode = StepMode(config, spec)  # speculate or not, and what a step measured
@@ -256,17 +261,13 @@ class Scheduler:
         started = [r.request_id for r in reqs if r.num_sent_slots]
         # The target's and the drafters' releases together: one round trip, not two in a row.
         await asyncio.gather(
-            self._release_on_target(started),
+            self.releases.release(started),
             *(self.spec.pool.release(r.replica, r.request_id) for r in reqs),
         )
 
-    async def _release_on_target(self, request_ids: list[str]) -> None:
-        try:
-            await self.target.release(request_ids)
-        except grpc.aio.AioRpcError as err:
-            log.warning(
-                "target release failed for %d requests: %s", len(request_ids), err.code().name
-            )
+    async def _flush_releases(self) -> None:
+        if self.target_unavailable is None:  # a lost target is swept whole once it is back
+            await self.releases.flush()
 
     async def _fail(self, plan: list[Planned], message: str) -> None:
         log.error("%s; failing %d requests", message, len(plan))

@@ -122,6 +122,7 @@ class TargetWatch:
         except grpc.aio.AioRpcError as err:
             log.warning("target back but its release failed (%s)", err.code().name)
             return False
+        self.scheduler.releases.forget()
         return True
 
     async def _apply(self) -> None:

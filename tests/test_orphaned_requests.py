@@ -36,6 +36,7 @@ NUM_ROWS = 6  # the target's request rows: the dead router's four leave two
 NUM_STREAMS = 4
 RPC_TIMEOUT_S = 2  # the router's deadline of a call to the target
 HANG_AFTER_S = 5.0  # > RPC_TIMEOUT_S and two failed health checks (2 s each)
+STALL_S = 3.0  # > 1 s (--rpc-timeout) twice over, < two failed health checks
 
 
 def test_a_restarted_router_finds_nothing_the_dead_one_held(
@@ -105,5 +106,37 @@ def test_a_target_back_after_a_hang_holds_nothing_of_the_failed_requests(
 
     assert all(len(s.errors) == 1 for s in streams), "the streams outlived the hang?"
     assert all(s.token_ids == expected for s in again), "a request after the hang failed"
-    assert "target lost" in log and "release failed" in log, "the hang did not test the path"
+    assert "target lost" in log and "release of 4 requests failed" in log, "missed the path"
     assert f"the target held {NUM_STREAMS} requests no router serves (back after a loss)" in log
+
+
+def test_releases_lost_to_a_short_stall_are_sent_again(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A stall past --rpc-timeout but too short for the health checks to call the target lost
+    (a reset connection does the same) failed the requests and their releases: their rows stayed
+    held, and with four rows every later request failed ("all 4 request rows are in use")."""
+    target_args = ["--max-requests", str(NUM_STREAMS)]
+    router_args = ["--rpc-timeout", "1"]
+    with running_stack(tmp_path, tiny_model_dir, [], target_args, router_args) as (stack, router):
+        expected = router.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
+        long = ids_request(PROMPT, 4000, False, ignore_eos=True)
+        streams = [BackgroundStream(router, long) for _ in range(NUM_STREAMS)]
+        for stream in streams:
+            stream.wait_for_tokens(8)
+        os.kill(stack.target.started.pid, signal.SIGSTOP)
+        try:
+            # 1 s: the step fails; 2 s: the releases fail; a target lost needs two failed
+            # health checks of 2 s each.
+            time.sleep(STALL_S)
+        finally:
+            os.kill(stack.target.started.pid, signal.SIGCONT)
+        for stream in streams:
+            stream.reader.join(60)
+        again = router.generate_many([ids_request(PROMPT, 16, False, ignore_eos=True)] * 4)
+    log = (tmp_path / "router.log").read_text()
+
+    assert all(len(s.errors) == 1 for s in streams), "the streams outlived the stall?"
+    assert "release of 4 requests failed" in log, "the stall did not test the path"
+    assert "target lost" not in log, "the stall was long enough to lose the target"
+    assert all(s.token_ids == expected for s in again), "a request after the stall failed"
