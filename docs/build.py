@@ -36,6 +36,7 @@ def _splitspec_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     sub = root.add_subparsers(dest="command")
     add_serve_parser(sub)
     cli._add_generate(sub)
+    cli._add_status(sub)
     add_train_parser(sub)
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, p in sub.choices.items():

@@ -300,7 +300,7 @@ class DraftDiscoveryStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., addresses: _Optional[_Iterable[str]] = ..., last_resolved_unix_s: _Optional[float] = ..., last_attempt_unix_s: _Optional[float] = ..., error: _Optional[str] = ..., num_lookups: _Optional[int] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery", "num_retractions", "speculation_switch", "target_only_steps", "speculative_steps", "decode_steps", "multi_step_forwards", "grammar_bursts", "grammar_bursts_cut")
+    __slots__ = ("num_running", "num_waiting", "num_total_slots", "num_free_slots", "num_cached_tokens", "num_finished_requests", "num_generated_tokens", "uptime_s", "speculation", "draft_replicas", "draft_discovery", "num_retractions", "speculation_switch", "target_only_steps", "speculative_steps", "decode_steps", "multi_step_forwards", "grammar_bursts", "grammar_bursts_cut", "unavailable_reason")
     NUM_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_WAITING_FIELD_NUMBER: _ClassVar[int]
     NUM_TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -320,6 +320,7 @@ class ServerStatus(_message.Message):
     MULTI_STEP_FORWARDS_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_BURSTS_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_BURSTS_CUT_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
     num_running: int
     num_waiting: int
     num_total_slots: int
@@ -339,7 +340,8 @@ class ServerStatus(_message.Message):
     multi_step_forwards: int
     grammar_bursts: int
     grammar_bursts_cut: int
-    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ..., speculation_switch: _Optional[_Union[SpeculationSwitchStatus, _Mapping]] = ..., target_only_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., speculative_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., decode_steps: _Optional[int] = ..., multi_step_forwards: _Optional[int] = ..., grammar_bursts: _Optional[int] = ..., grammar_bursts_cut: _Optional[int] = ...) -> None: ...
+    unavailable_reason: str
+    def __init__(self, num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_total_slots: _Optional[int] = ..., num_free_slots: _Optional[int] = ..., num_cached_tokens: _Optional[int] = ..., num_finished_requests: _Optional[int] = ..., num_generated_tokens: _Optional[int] = ..., uptime_s: _Optional[float] = ..., speculation: _Optional[_Union[SpeculationStats, _Mapping]] = ..., draft_replicas: _Optional[_Iterable[_Union[DraftReplicaStatus, _Mapping]]] = ..., draft_discovery: _Optional[_Iterable[_Union[DraftDiscoveryStatus, _Mapping]]] = ..., num_retractions: _Optional[int] = ..., speculation_switch: _Optional[_Union[SpeculationSwitchStatus, _Mapping]] = ..., target_only_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., speculative_steps: _Optional[_Union[StepTiming, _Mapping]] = ..., decode_steps: _Optional[int] = ..., multi_step_forwards: _Optional[int] = ..., grammar_bursts: _Optional[int] = ..., grammar_bursts_cut: _Optional[int] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
 
 class StepTiming(_message.Message):
     __slots__ = ("steps", "step_ms", "target_call_ms", "target_compute_ms", "draft_call_ms", "draft_compute_ms", "target_device_ms", "draft_device_ms")

@@ -113,6 +113,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             multi_step_forwards=s.multi_step.num_forwards,
             grammar_bursts=s.multi_step.bursts.num_bursts,
             grammar_bursts_cut=s.multi_step.bursts.num_cut,
+            unavailable_reason=s.target_unavailable or "",
         )
 
     async def prepare(self, request: pb.GenerateRequest) -> None:

@@ -8,15 +8,17 @@ import sys
 
 import grpc
 
+from splitspec.connection import add_connection_flags, connection_from_args
 from splitspec.formats import add_format_flags
 from splitspec.serve_cli import add_serve_parser
-from splitspec.serve_flags import ROUTER_PORT
 from splitspec.train_cli import add_train_parser
 
 
 def _generate(args: argparse.Namespace) -> int:
     from splitspec.client import build_request, describe_rpc_error, print_generation
     from splitspec.formats import structured_output
+
+    router = connection_from_args(args)
 
     speculate = None if args.speculate is None else args.speculate == "on"
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -28,9 +30,9 @@ def _generate(args: argparse.Namespace) -> int:
         structured_output=structured_output(args),
     )  # fmt: skip
     try:
-        print_generation(args.address, request)
+        print_generation(router, request)
     except grpc.RpcError as err:
-        print(f"\nerror: {describe_rpc_error(err, args.address)}", file=sys.stderr)
+        print(f"\nerror: {describe_rpc_error(err, router)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the channel closed on the way out: the router aborts the request
         print("\ninterrupted", file=sys.stderr)
@@ -41,9 +43,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="stream a completion from a running router")
     p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
-    p.add_argument_group("router").add_argument(
-        "--address", default=f"127.0.0.1:{ROUTER_PORT}",
-        help="the router's public gRPC API (`splitspec serve` listens here by default)")
+    add_connection_flags(p)
     reply = p.add_argument_group("the reply")
     reply.add_argument("--max-new-tokens", type=int, default=128, help="the reply's length at most")
     reply.add_argument("--stop", action="append", default=[], metavar="TEXT",
@@ -76,6 +76,39 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                           help="makes a sampled request reproducible")
     add_format_flags(p)
     p.set_defaults(func=_generate)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from splitspec.client import Client, describe_rpc_error
+    from splitspec.status_report import status_lines
+
+    router = connection_from_args(args)
+    try:
+        with Client.connect(router) as client:
+            status = client.status()
+    except grpc.RpcError as err:
+        print(f"error: {describe_rpc_error(err, router)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json_format.MessageToJson(status, always_print_fields_with_no_presence=True))
+    else:
+        print("\n".join(status_lines(router.address, status)))
+    return 0 if not status.unavailable_reason else 3  # 3: up, but refusing requests
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="a running router's state: requests, KV slots, speculation, draft replicas (exit "
+        "3 while it refuses requests)",
+    )
+    add_connection_flags(p)
+    p.add_argument_group("output").add_argument(
+        "--json", action="store_true", help="GetServerStatus's every field, as JSON"
+    )
+    p.set_defaults(func=_status)
 
 
 SERVICES = ("router", "target", "draft")
@@ -116,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
     _add_generate(sub)
+    _add_status(sub)
     add_train_parser(sub)
     _add_service(sub, "router", "run the router alone (see `splitspec router --help`)")
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")

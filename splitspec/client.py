@@ -14,6 +14,7 @@ import grpc
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from splitspec.connection import Connection
 
 
 @dataclass
@@ -55,14 +56,27 @@ class GenerationResult:
 
 
 class Client:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    def __init__(self, address: str, api_key: str | None = None, ca: bytes | None = None) -> None:
+        if ca is None:
+            self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        else:
+            credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+            self.channel = grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self.stub = generation_pb2_grpc.GenerationStub(self.channel)
+
+    @classmethod
+    def connect(cls, connection: Connection) -> Client:
+        return cls(connection.address, connection.api_key, connection.ca)
 
     def stream(
         self, request: pb.GenerateRequest, timeout_s: float = 600.0
     ) -> Iterator[pb.GenerateResponse]:
-        yield from self.stub.Generate(request, timeout=timeout_s)
+        yield from self.stub.Generate(request, timeout=timeout_s, metadata=self.metadata)
+
+    def status(self, timeout_s: float = 10.0) -> pb.ServerStatus:
+        request = pb.GetServerStatusRequest()
+        return self.stub.GetServerStatus(request, timeout=timeout_s, metadata=self.metadata)
 
     def generate(
         self, request: pb.GenerateRequest, echo: TextIO | None = None, timeout_s: float = 600.0
@@ -140,23 +154,29 @@ def build_request(
     return req
 
 
-def describe_rpc_error(err: grpc.RpcError, address: str) -> str:
-    """One line for a failed Generate: the status and the router's message, or where no
-    router answered."""
-    code, details = err.code(), err.details() or ""
+def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
+    """One line for a failed call: the status and the router's message, or what to change when
+    no router answered, or not to this client."""
+    code, details, address = err.code(), err.details() or "", connection.address
     if code.name == "UNAVAILABLE" and "connect" in details:
+        tls = "" if connection.ca is not None else "; a router serving TLS wants --tls-ca"
         return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
-                "or pass --address")  # fmt: skip
+                f"or pass --address{tls}")  # fmt: skip
     if code.name == "UNIMPLEMENTED":  # a target or a draft service: their ports are internal
         return (f"{address} is not a router (no Generate there: {details}); pass the router's "
                 "--address")  # fmt: skip
+    if code.name == "UNAUTHENTICATED":
+        sent = "the key in" if connection.api_key else "no key: nothing in"
+        return (f"the router at {address} refused the call ({details}); it sent {sent} "
+                f"${connection.key_env} (--api-key-env names another variable)")  # fmt: skip
     return f"{code.name}: {details}"
 
 
 def print_generation(
-    address: str, request: pb.GenerateRequest, out: TextIO = sys.stdout
+    connection: Connection, request: pb.GenerateRequest, out: TextIO | None = None
 ) -> GenerationResult:
-    with Client(address) as client:
+    out = out or sys.stdout  # looked up now: a default bound at import outlives a swapped stdout
+    with Client.connect(connection) as client:
         result = client.generate(request, echo=out)
     out.write("\n\n" + result.summary() + "\n")
     if result.prompt_logprobs:

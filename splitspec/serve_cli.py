@@ -61,13 +61,15 @@ def _demo(address: str, args: argparse.Namespace) -> bool:
     import grpc
 
     from splitspec.client import build_request, describe_rpc_error, print_generation
+    from splitspec.connection import Connection
 
     print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
     request = build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
+    router = Connection(address)
     try:
-        print_generation(address, request)
+        print_generation(router, request)
     except grpc.RpcError as err:
-        print(f"\nerror: the demo's request failed: {describe_rpc_error(err, address)}",
+        print(f"\nerror: the demo's request failed: {describe_rpc_error(err, router)}",
               file=sys.stderr)  # fmt: skip
         return False
     return True

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from plumbing.security import ClientTLS, ServerTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from splitspec import cli
 from splitspec.launcher import LocalStack
 from tests.helpers.certs import CertFiles, make_certs
 from tests.helpers.spec_fixtures import FP64, ids_request
@@ -210,3 +211,30 @@ def test_the_http_api_takes_the_same_key(secure_stack: LocalStack) -> None:
         assert status == 401 and refused["error"]["type"] == "authentication_error"
     status, done = http_call(f"{base}/v1/completions", right, body)
     assert status == 200 and done["usage"]["completion_tokens"] == 4
+
+
+def test_the_cli_reaches_a_router_with_tls_and_a_key(
+    secure_stack: LocalStack, certs: CertFiles, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """`splitspec generate` and `status` had no way to send a key or to speak TLS: against
+    this router both failed, whatever the user did."""
+    address = ["--address", secure_stack.router_address]
+    tls = ["--tls-ca", str(certs.ca)]
+    monkeypatch.setenv("SPLITSPEC_API_KEY", API_KEY)
+    assert cli.main(["generate", "hello", "--max-new-tokens", "4", *address, *tls]) == 0
+    generated = capsys.readouterr().out
+    assert cli.main(["status", *address, *tls]) == 0
+    status = capsys.readouterr().out
+    assert cli.main(["generate", "hello", "--max-new-tokens", "4", *address]) == 1
+    plaintext = capsys.readouterr().err
+    monkeypatch.delenv("SPLITSPEC_API_KEY")
+    assert cli.main(["status", *address, *tls]) == 1
+    keyless = capsys.readouterr().err
+
+    assert "4 tokens in" in generated, generated
+    assert f"router {secure_stack.router_address}: serving" in status, status
+    assert "draft replicas: 1 of 1 healthy" in status, status
+    assert "--tls-ca" in plaintext, plaintext
+    assert "refused the call" in keyless and "$SPLITSPEC_API_KEY" in keyless, keyless
+    assert API_KEY not in generated + status + plaintext + keyless

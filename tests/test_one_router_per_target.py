@@ -56,6 +56,7 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
             other.close()
             os.kill(first_pid, signal.SIGCONT)
             refused = refusal(first)
+            reason = unavailable_reason(first)
             second.stop()  # SIGTERM: it gives the target up, and the first serves again
             wait_serving(first, 30)
             last = first.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
@@ -66,6 +67,7 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
     assert again.token_ids == expected
     assert refused.code() == grpc.StatusCode.UNAVAILABLE
     assert "driven by another router" in (refused.details() or ""), refused.details()
+    assert "driven by another router" in reason, reason  # GetServerStatus says why too
     assert last == expected
 
 
@@ -120,3 +122,11 @@ def refusal(router: Router) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as failed:
         router.generate(ids_request(PROMPT, 16, False, ignore_eos=True), 30)
     return failed.value
+
+
+def unavailable_reason(router: Router, timeout_s: float = 10.0) -> str:
+    """GetServerStatus's reason to refuse requests, once it gives one."""
+    deadline = time.monotonic() + timeout_s
+    while not (reason := router.status().unavailable_reason) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return reason

@@ -1,0 +1,53 @@
+"""`splitspec status`: a router's GetServerStatus, as lines a person reads at a glance."""
+
+from __future__ import annotations
+
+from protos import generation_pb2 as pb
+
+
+def status_lines(address: str, s: pb.ServerStatus) -> list[str]:
+    state = "serving" if not s.unavailable_reason else f"NOT serving: {s.unavailable_reason}"
+    lines = [
+        f"router {address}: {state} (up {_duration(s.uptime_s)})",
+        f"requests: {s.num_running} running, {s.num_waiting} waiting; "
+        f"{s.num_finished_requests:,} finished, {s.num_generated_tokens:,} tokens generated"
+        + (f", {s.num_retractions:,} retracted under KV pressure" if s.num_retractions else ""),
+        f"KV slots: {s.num_free_slots:,} free of {s.num_total_slots:,}; "
+        f"{s.num_cached_tokens:,} tokens in the prefix cache",
+        _speculation(s.speculation),
+        *_replicas(s.draft_replicas),
+    ]
+    for timing, label in ((s.target_only_steps, "target-only"), (s.speculative_steps,
+                                                                  "speculative")):  # fmt: skip
+        if timing.steps:
+            lines.append(f"{label} decode steps: {timing.steps:,}, {timing.step_ms:.2f} ms each "
+                         f"(target call {timing.target_call_ms:.2f} ms)")  # fmt: skip
+    return lines
+
+
+def _speculation(stats: pb.SpeculationStats) -> str:
+    if not stats.verify_steps:
+        return "speculation: no verify steps yet"
+    return (f"speculation: {stats.mean_acceptance_length:.2f} tokens per verify step over "
+            f"{stats.verify_steps:,} steps ({stats.accepted_tokens:,} of {stats.draft_tokens:,} "
+            "drafts accepted)")  # fmt: skip
+
+
+def _replicas(replicas: list[pb.DraftReplicaStatus]) -> list[str]:
+    if not replicas:
+        return ["draft replicas: none (target-only)"]
+    healthy = sum(r.healthy for r in replicas)
+    lines = [f"draft replicas: {healthy} of {len(replicas)} healthy"]
+    for r in replicas:
+        state = "healthy" if r.healthy else f"out of rotation: {r.error or 'unhealthy'}"
+        method = f"{r.method}, " if r.method else ""
+        lines.append(f"  {r.address} ({method}{r.num_requests} requests): {state}")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
