@@ -7,7 +7,10 @@ own client certificate, serves TLS on the public port and wants an API key read 
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from protos import generation_pb2_grpc
 from splitspec import cli
 from splitspec.launcher import LocalStack
 from tests.helpers.certs import CertFiles, make_certs
+from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 from tests.helpers.spec_fixtures import FP64, ids_request
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
@@ -238,3 +242,22 @@ def test_the_cli_reaches_a_router_with_tls_and_a_key(
     assert "--tls-ca" in plaintext, plaintext
     assert "refused the call" in keyless and "$SPLITSPEC_API_KEY" in keyless, keyless
     assert API_KEY not in generated + status + plaintext + keyless
+
+
+@pytest.mark.skipif(NO_NODE, reason=NO_NODE_REASON)
+def test_the_node_client_reaches_a_router_with_tls_and_a_key(
+    secure_stack: LocalStack, certs: CertFiles
+) -> None:
+    node_dir = npm_installed()
+    command = ["node", "generate.js", "--address", secure_stack.router_address, "--tls-ca",
+               str(certs.ca), "--max-tokens", "4", "--json", "hello"]  # fmt: skip
+    keyed = {**os.environ, "SPLITSPEC_API_KEY": API_KEY}
+    keyless = {k: v for k, v in os.environ.items() if k != "SPLITSPEC_API_KEY"}
+    run = functools.partial(subprocess.run, cwd=node_dir, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    served, refused = run(command, env=keyed), run(command, env=keyless)
+
+    assert served.returncode == 0, served.stderr
+    items = [json.loads(line) for line in served.stdout.splitlines()]
+    assert items[-1]["finish_reason"] == "FINISH_REASON_LENGTH"
+    assert refused.returncode == 1 and "error: 16" in refused.stderr, refused.stderr  # UNAUTH.

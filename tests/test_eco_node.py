@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +14,12 @@ import pytest
 
 from protos import generation_pb2 as pb
 from tests.helpers.eco_stack import EcoStack
+from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
-NODE_DIR = REPO / "clients" / "node"
 PROMPT = "Describe the ocean in a few sentences."
 MAX_TOKENS = 16
-
-
-def npm_installed() -> Path:
-    """Installs the locked npm packages once (a few seconds from the registry)."""
-    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=NODE_DIR, check=True, timeout=180)
-    return NODE_DIR
 
 
 def grpc_text(eco: EcoStack) -> tuple[str, int]:
@@ -40,8 +31,7 @@ def grpc_text(eco: EcoStack) -> tuple[str, int]:
     return stream.text, stream.final.usage.completion_tokens
 
 
-@pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None,
-                    reason="node and npm are not installed on this machine")
+@pytest.mark.skipif(NO_NODE, reason=NO_NODE_REASON)
 def test_node_client_streams_a_generation(eco_stack: EcoStack) -> None:
     node_dir = npm_installed()
     result = subprocess.run(

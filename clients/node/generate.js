@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 // Streams a completion from a splitspec router over gRPC, loading protos/generation.proto at
 // run time (no generated code):
-//   node generate.js [--address HOST:PORT] [--max-tokens N] [--temperature T] [--raw] [--json] PROMPT
+//   node generate.js [--address HOST:PORT] [--tls-ca FILE] [--max-tokens N] [--temperature T]
+//                    [--raw] [--json] PROMPT
 // Without --json the text is printed as it arrives and a summary goes to stderr; with --json
-// every stream item is printed as one JSON line (what the CI test reads).
+// every stream item is printed as one JSON line (what the CI test reads). A router with an API
+// key gets the one in $SPLITSPEC_API_KEY; one serving TLS wants --tls-ca (its CA, PEM).
 'use strict';
 
+const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -13,11 +16,14 @@ const protoLoader = require('@grpc/proto-loader');
 const PROTO = path.join(__dirname, '..', '..', 'protos', 'generation.proto');
 
 function parseArgs(argv) {
-  const opts = { address: '127.0.0.1:50051', maxTokens: 64, temperature: 0, raw: false, json: false };
+  const opts = {
+    address: '127.0.0.1:50051', tlsCa: null, maxTokens: 64, temperature: 0, raw: false, json: false,
+  };
   const rest = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '--address') opts.address = argv[++i];
+    else if (arg === '--tls-ca') opts.tlsCa = argv[++i];
     else if (arg === '--max-tokens') opts.maxTokens = Number(argv[++i]);
     else if (arg === '--temperature') opts.temperature = Number(argv[++i]);
     else if (arg === '--raw') opts.raw = true;
@@ -25,18 +31,29 @@ function parseArgs(argv) {
     else rest.push(arg);
   }
   if (rest.length !== 1) {
-    throw new Error('usage: generate.js [--address A] [--max-tokens N] [--temperature T] [--raw] [--json] PROMPT');
+    throw new Error('usage: generate.js [--address A] [--tls-ca FILE] [--max-tokens N] '
+      + '[--temperature T] [--raw] [--json] PROMPT');
   }
   opts.prompt = rest[0];
   return opts;
 }
 
-function client(address) {
+function client(opts) {
   const definition = protoLoader.loadSync(PROTO, {
     keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
   });
   const { Generation } = grpc.loadPackageDefinition(definition).splitspec.v1;
-  return new Generation(address, grpc.credentials.createInsecure());
+  const credentials = opts.tlsCa
+    ? grpc.credentials.createSsl(fs.readFileSync(opts.tlsCa))
+    : grpc.credentials.createInsecure();
+  return new Generation(opts.address, credentials);
+}
+
+function metadata() {
+  const md = new grpc.Metadata();
+  const key = (process.env.SPLITSPEC_API_KEY || '').trim();
+  if (key) md.set('authorization', `Bearer ${key}`);
+  return md;
 }
 
 function request(opts) {
@@ -49,9 +66,9 @@ function request(opts) {
 
 function main() {
   const opts = parseArgs(process.argv.slice(2));
-  const stub = client(opts.address);
+  const stub = client(opts);
   const deadline = new Date(Date.now() + 300 * 1000);
-  const call = stub.Generate(request(opts), { deadline });
+  const call = stub.Generate(request(opts), metadata(), { deadline });
   call.on('data', (item) => {
     if (opts.json) {
       process.stdout.write(JSON.stringify(item) + '\n');
