@@ -75,6 +75,14 @@ def http_completion(stack: LocalStack, prompt: list[int]) -> tuple[int, dict]:
         return err.code, json.load(err)["error"]
 
 
+def http_health(stack: LocalStack) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{stack.http_address}/health", timeout=10) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
 def target_serving(stack: LocalStack) -> float:
     """The router's ``splitspec:target_serving`` gauge, from its /metrics."""
     with urllib.request.urlopen(f"http://{stack.http_address}/metrics", timeout=10) as reply:
@@ -153,12 +161,15 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
         router.generate(short[0], timeout_s=10)
     http_refusal = http_completion(stack, prompts[0])
     serving_while_down = target_serving(stack)
+    health_while_down = http_health(stack)
+    reason_while_down = router.status().unavailable_reason
     stack.target.start()
     stack.target.wait_healthy(120)
     back_after = wait_for(lambda: router_health(stack.router_address) == SERVING, 30,
                           "router did not serve again")
     status = router.status()
     serving_once_back = target_serving(stack)
+    health_once_back = http_health(stack)
     again = [s.token_ids for s in router.generate_many(short)]
     final = router.status()
     drained = graceful_shutdown(stack, long[:3])
@@ -175,6 +186,10 @@ def test_target_loss_and_recovery(pair: tuple[LocalStack, Router]) -> None:
     assert "unavailable" in http_refusal[1]["message"]
     assert back_after < 30
     assert (serving_while_down, serving_once_back) == (0, 1)  # the /metrics gauge
+    # /health said 200 "ok" throughout, so an HTTP load balancer kept sending requests
+    assert health_while_down[0] == 503 and "unavailable" in health_while_down[1]["reason"]
+    assert health_once_back == (200, {"status": "ok"})
+    assert reason_while_down.startswith(f"target {stack.target.address} unavailable (")
     assert status.num_cached_tokens == 0 and status.num_free_slots == status.num_total_slots
     assert again == reference
     assert_slots_accounted(final)

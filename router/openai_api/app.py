@@ -65,6 +65,12 @@ class OpenAIServer:
     # ---- endpoints ---------------------------------------------------------------------------
 
     async def health(self, request: HttpRequest) -> Response:
+        """200 while the router serves; 503 with the reason while it refuses requests (the
+        target lost or taken by another router, a shutdown), as its gRPC health says
+        NOT_SERVING: a load balancer probing this stops sending it requests."""
+        reason = self.scheduler.target_unavailable
+        if reason:
+            return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: HttpRequest) -> Response:
