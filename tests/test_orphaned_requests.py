@@ -19,6 +19,7 @@ import grpc
 import pytest
 
 from protos import draft_pb2, draft_pb2_grpc, target_pb2, target_pb2_grpc
+from splitspec.launcher import LocalStack
 from tests.helpers.rpc import BackgroundStream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     START_TIMEOUT_S,
@@ -35,8 +36,10 @@ PROMPT = list(range(1, 40))
 NUM_ROWS = 6  # the target's request rows: the dead router's four leave two
 NUM_STREAMS = 4
 RPC_TIMEOUT_S = 2  # the router's deadline of a call to the target
-HANG_AFTER_S = 5.0  # > RPC_TIMEOUT_S and two failed health checks (2 s each)
-STALL_S = 3.0  # > 1 s (--rpc-timeout) twice over, < two failed health checks
+# The step fails after RPC_TIMEOUT_S, its releases RPC_TIMEOUT_S later; the target is found lost
+# after two failed health checks of 2 s each.
+HANG_S = 7.0  # all of it
+STALL_S = 3.0  # with --rpc-timeout 1: the step and its releases fail, the target is not lost
 
 
 def test_a_restarted_router_finds_nothing_the_dead_one_held(
@@ -87,19 +90,7 @@ def test_a_target_back_after_a_hang_holds_nothing_of_the_failed_requests(
     router_args = ["--rpc-timeout", str(RPC_TIMEOUT_S)]  # the hung step fails in seconds
     with running_stack(tmp_path, tiny_model_dir, [], target_args, router_args) as (stack, router):
         expected = router.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
-        long = ids_request(PROMPT, 4000, False, ignore_eos=True)
-        streams = [BackgroundStream(router, long) for _ in range(NUM_STREAMS)]
-        for stream in streams:
-            stream.wait_for_tokens(8)
-        os.kill(stack.target.started.pid, signal.SIGSTOP)
-        try:
-            for stream in streams:
-                stream.reader.join(60)
-            # Hung on: the failed requests' releases run out their deadline too, and the
-            # router's health checks declare the target lost.
-            time.sleep(HANG_AFTER_S)
-        finally:
-            os.kill(stack.target.started.pid, signal.SIGCONT)
+        streams = streams_through_a_stall(stack, router, HANG_S)
         wait_serving(router)
         again = router.generate_many([ids_request(PROMPT, 16, False, ignore_eos=True)] * 4)
     log = (tmp_path / "router.log").read_text()
@@ -120,19 +111,7 @@ def test_releases_lost_to_a_short_stall_are_sent_again(
     router_args = ["--rpc-timeout", "1"]
     with running_stack(tmp_path, tiny_model_dir, [], target_args, router_args) as (stack, router):
         expected = router.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
-        long = ids_request(PROMPT, 4000, False, ignore_eos=True)
-        streams = [BackgroundStream(router, long) for _ in range(NUM_STREAMS)]
-        for stream in streams:
-            stream.wait_for_tokens(8)
-        os.kill(stack.target.started.pid, signal.SIGSTOP)
-        try:
-            # 1 s: the step fails; 2 s: the releases fail; a target lost needs two failed
-            # health checks of 2 s each.
-            time.sleep(STALL_S)
-        finally:
-            os.kill(stack.target.started.pid, signal.SIGCONT)
-        for stream in streams:
-            stream.reader.join(60)
+        streams = streams_through_a_stall(stack, router, STALL_S)
         again = router.generate_many([ids_request(PROMPT, 16, False, ignore_eos=True)] * 4)
     log = (tmp_path / "router.log").read_text()
 
@@ -140,3 +119,21 @@ def test_releases_lost_to_a_short_stall_are_sent_again(
     assert "release of 4 requests failed" in log, "the stall did not test the path"
     assert "target lost" not in log, "the stall was long enough to lose the target"
     assert all(s.token_ids == expected for s in again), "a request after the stall failed"
+
+
+def streams_through_a_stall(
+    stack: LocalStack, router: Router, stall_s: float
+) -> list[BackgroundStream]:
+    """NUM_STREAMS long streams, running, then the target SIGSTOPped for ``stall_s``."""
+    long = ids_request(PROMPT, 4000, False, ignore_eos=True)
+    streams = [BackgroundStream(router, long) for _ in range(NUM_STREAMS)]
+    for stream in streams:
+        stream.wait_for_tokens(8)
+    os.kill(stack.target.started.pid, signal.SIGSTOP)
+    try:
+        time.sleep(stall_s)
+    finally:
+        os.kill(stack.target.started.pid, signal.SIGCONT)
+    for stream in streams:
+        stream.reader.join(60)
+    return streams
