@@ -8,7 +8,7 @@ from protos import generation_pb2 as pb
 def status_lines(address: str, s: pb.ServerStatus) -> list[str]:
     state = "serving" if not s.unavailable_reason else f"NOT serving: {s.unavailable_reason}"
     lines = [
-        f"router {address}: {state} (up {_duration(s.uptime_s)})",
+        f"router {address} (up {_duration(s.uptime_s)}): {state}",
         f"requests: {s.num_running} running, {s.num_waiting} waiting; "
         f"{s.num_finished_requests:,} finished, {s.num_generated_tokens:,} tokens generated"
         + (f", {s.num_retractions:,} retracted under KV pressure" if s.num_retractions else ""),

@@ -237,7 +237,8 @@ def test_the_cli_reaches_a_router_with_tls_and_a_key(
     keyless = capsys.readouterr().err
 
     assert "4 tokens in" in generated, generated
-    assert f"router {secure_stack.router_address}: serving" in status, status
+    assert status.startswith(f"router {secure_stack.router_address} (up "), status
+    assert "): serving\n" in status, status
     assert "draft replicas: 1 of 1 healthy" in status, status
     assert "--tls-ca" in plaintext, plaintext
     assert "refused the call" in keyless and "$SPLITSPEC_API_KEY" in keyless, keyless

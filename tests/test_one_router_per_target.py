@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from splitspec import cli
 from splitspec.launcher import ServiceProcess, free_ports
 from target_service.ownership import Held, Ownership
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
@@ -57,6 +58,7 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
             os.kill(first_pid, signal.SIGCONT)
             refused = refusal(first)
             reason = unavailable_reason(first)
+            status_exit = cli.main(["status", "--address", stack.router_address])
             second.stop()  # SIGTERM: it gives the target up, and the first serves again
             wait_serving(first, 30)
             last = first.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
@@ -68,6 +70,7 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
     assert refused.code() == grpc.StatusCode.UNAVAILABLE
     assert "driven by another router" in (refused.details() or ""), refused.details()
     assert "driven by another router" in reason, reason  # GetServerStatus says why too
+    assert status_exit == 3  # `splitspec status`: up, but refusing requests
     assert last == expected
 
 
