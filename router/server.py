@@ -189,6 +189,7 @@ async def serve(
             config.http_port,
             config.served_model_name or info.model_name,
             key_checker=auth.key_checker(security.api_key),
+            tls=security.public_tls,
         ),
         *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }

@@ -8,9 +8,13 @@ own client certificate, serves TLS on the public port and wants an API key read 
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import os
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,33 +192,37 @@ def test_key_from_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> No
     assert "k3y" not in repr(RouterSecurity(api_key=b"k3y"))
 
 
-def http_call(url: str, headers: dict[str, str], body: dict | None = None) -> tuple[int, dict]:
-    import json
-    import urllib.error
-    import urllib.request
-
+def http_call(
+    url: str, headers: dict[str, str], body: dict | None = None, ca: Path | None = None
+) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url, data=data, headers={"Content-Type": "application/json", **headers}
     )
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as reply:
             return reply.status, json.loads(reply.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
 
 
-def test_the_http_api_takes_the_same_key(secure_stack: LocalStack) -> None:
-    base = f"http://{secure_stack.http_address}"
+def test_the_http_api_takes_the_same_key_over_https(
+    secure_stack: LocalStack, certs: CertFiles
+) -> None:
+    """The router's TLS covers its HTTP port too: before, the bearer key went in the clear."""
+    base = f"https://{secure_stack.http_address}"
     right = {"Authorization": f"Bearer {API_KEY}"}
-    status, models = http_call(f"{base}/v1/models", right)
+    status, models = http_call(f"{base}/v1/models", right, ca=certs.ca)
     assert status == 200
     body = {"model": models["data"][0]["id"], "prompt": "hi", "max_tokens": 4}
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        status, refused = http_call(f"{base}/v1/completions", headers, body)
+        status, refused = http_call(f"{base}/v1/completions", headers, body, ca=certs.ca)
         assert status == 401 and refused["error"]["type"] == "authentication_error"
-    status, done = http_call(f"{base}/v1/completions", right, body)
+    status, done = http_call(f"{base}/v1/completions", right, body, ca=certs.ca)
     assert status == 200 and done["usage"]["completion_tokens"] == 4
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        http_call(f"http://{secure_stack.http_address}/v1/models", right)
 
 
 def test_the_cli_reaches_a_router_with_tls_and_a_key(
