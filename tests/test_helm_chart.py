@@ -245,7 +245,7 @@ def test_tls_api_key_and_monitoring() -> None:
     values = {
         "tls": {"enabled": True, "cert": "CERT", "key": "KEY"},
         "apiKey": {"enabled": True, "value": "sekrit"},
-        "monitoring": {"serviceMonitor": {"enabled": True, "port": 8000}},
+        "monitoring": {"serviceMonitor": {"enabled": True}},
     }
     objects = render(values)
     for obj in objects.values():
@@ -265,7 +265,27 @@ def test_tls_api_key_and_monitoring() -> None:
     monitor = objects["ServiceMonitor", name("router")]["spec"]
     service = objects["Service", name("router")]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert monitor["endpoints"][0]["port"] == "http" and monitor["endpoints"][0]["scheme"] == "https"
+    assert ports["http"]["appProtocol"] == "https"
+    assert service_parsers()["router"].parse_args(args).http_port == ports["http"]["targetPort"]
+
+
+def test_the_http_api_is_served_and_exposed_unless_turned_off() -> None:
+    """Before, the router ran without --http-port, and a ServiceMonitor scraped a closed port."""
+    objects = render({})
+    args = service_args(objects, "router")
+    assert service_parsers()["router"].parse_args(args).http_port == 8000
+    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in container(
+        objects, "router"
+    )["ports"]
+    service_ports = objects["Service", name("router")]["spec"]["ports"]
+    assert [p["port"] for p in service_ports if p["name"] == "http"] == [8000]
+    objects = render({"router": {"httpPort": 0}})
+    assert "--http-port" not in service_args(objects, "router")
+    assert [p["name"] for p in objects["Service", name("router")]["spec"]["ports"]] == ["grpc"]
+    with pytest.raises(helm.HelmError, match="router.httpPort"):
+        render({"router": {"httpPort": 0}, "monitoring": {"serviceMonitor": {"enabled": True}}})
 
 
 def test_security_values_without_material_are_refused() -> None:

@@ -19,6 +19,7 @@ import random
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -27,6 +28,7 @@ from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
 
 ROUTER = os.environ.get("ROUTER", "router:50051")
+ROUTER_HTTP = os.environ.get("ROUTER_HTTP", "router:8000")
 DRAFT_DNS = os.environ.get("DRAFT_DNS", "draft:50071")
 VOCAB = 49152
 MAX_NEW = 32
@@ -114,7 +116,26 @@ def greedy_equality() -> dict:
     assert after.verify_steps > before.verify_steps, "no speculation happened"
     accepted = after.accepted_tokens - before.accepted_tokens
     assert accepted > 0, "no draft token accepted"
+    assert http_completion(ps[0]) == text_of(request(ps[0], True)), "HTTP differs from gRPC"
     return {"prompts": len(ps), "accepted_tokens": accepted}
+
+
+def http_completion(ids: list[int]) -> str:
+    """The OpenAI-compatible API's greedy completion of ``ids`` (the router's HTTP port)."""
+    body = {"prompt": ids, "max_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}
+    call = urllib.request.Request(
+        f"http://{ROUTER_HTTP}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(call, timeout=300) as reply:
+        choice = json.loads(reply.read())["choices"][0]
+    assert choice["finish_reason"] == "length", choice
+    return choice["text"]
+
+
+def text_of(req: pb.GenerateRequest) -> str:
+    return "".join(item.text for item in stub.Generate(req, timeout=300))
 
 
 def spread() -> dict:

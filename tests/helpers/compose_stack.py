@@ -91,7 +91,8 @@ def bring_up() -> dict[str, float]:
         EARLY.log = build_images()
     built = time.monotonic()
     remove_project()  # leftovers of an interrupted run
-    ENV["ROUTER_PORT"] = str(free_ports(1)[0])  # published on 127.0.0.1; picked just before use
+    # published on 127.0.0.1; picked just before use
+    ENV["ROUTER_PORT"], ENV["ROUTER_HTTP_PORT"] = map(str, free_ports(2))
     # Niced like the image build (its services inherit it): their start (the target converts
     # the model) must not slow the tests that run meanwhile; by the container test, it is done.
     compose("up", "-d", "--scale", "draft=3", "target", "draft", "router", nice=True)

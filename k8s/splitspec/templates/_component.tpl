@@ -52,8 +52,8 @@ spec:
             - {name: HOME, value: /tmp}
           ports:
             - {name: grpc, containerPort: {{ int $spec.port }}, protocol: TCP}
-            {{- if and (eq .component "router") $root.Values.monitoring.serviceMonitor.enabled }}
-            - {name: metrics, containerPort: {{ int $root.Values.monitoring.serviceMonitor.port }}, protocol: TCP}
+            {{- if and (eq .component "router") $spec.httpPort }}
+            - {name: http, containerPort: {{ int $spec.httpPort }}, protocol: TCP}
             {{- end }}
           {{- include "splitspec.probes" . | nindent 10 }}
           resources:

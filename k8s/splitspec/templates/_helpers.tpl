@@ -52,7 +52,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if .Values.draft.enabled }} --draft-dns {{ include "splitspec.draftDnsName" . }} --draft-dns-interval {{ $r.draftDnsInterval }} --speculate {{ $r.speculate }}{{ else }} --speculate off{{ end }}
 {{- if .Values.tls.enabled }} --tls-cert /etc/splitspec/tls/tls.crt --tls-key /etc/splitspec/tls/tls.key{{ end }}
 {{- if .Values.apiKey.enabled }} --api-key-file /etc/splitspec/api-key/api-key{{ end }}
-{{- range .Values.monitoring.routerArgs }} {{ . | quote }}{{ end }}
+{{- if $r.httpPort }} --http-port {{ int $r.httpPort }}{{ end }}
 {{- include "splitspec.logArgs" . }}
 {{- if .Values.logging.requests }} --log-requests{{ end }}
 {{- with .Values.tracing }}{{ if .endpoint }} --otlp-traces-endpoint {{ .endpoint | quote }} --otlp-service-name {{ .serviceName | quote }}{{ end }}{{ end }}
