@@ -266,7 +266,8 @@ def test_tls_api_key_and_monitoring() -> None:
     service = objects["Service", name("router")]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     ports = {p["name"]: p for p in service["spec"]["ports"]}
-    assert monitor["endpoints"][0]["port"] == "http" and monitor["endpoints"][0]["scheme"] == "https"
+    endpoint = monitor["endpoints"][0]
+    assert endpoint["port"] == "http" and endpoint["scheme"] == "https"
     assert ports["http"]["appProtocol"] == "https"
     assert service_parsers()["router"].parse_args(args).http_port == ports["http"]["targetPort"]
 
