@@ -29,6 +29,7 @@ with `--help`.
 
 def _splitspec_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from splitspec import cli
+    from splitspec.bench import add_bench_parser
     from splitspec.serve_cli import add_serve_parser
     from splitspec.train_cli import add_train_parser
 
@@ -37,6 +38,7 @@ def _splitspec_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     add_serve_parser(sub)
     cli._add_generate(sub)
     cli._add_status(sub)
+    add_bench_parser(sub)
     add_train_parser(sub)
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, p in sub.choices.items():

@@ -8,6 +8,7 @@ import sys
 
 import grpc
 
+from splitspec.bench import add_bench_parser
 from splitspec.connection import add_connection_flags, connection_from_args
 from splitspec.formats import add_format_flags
 from splitspec.serve_cli import add_serve_parser
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     add_serve_parser(sub)
     _add_generate(sub)
     _add_status(sub)
+    add_bench_parser(sub)
     add_train_parser(sub)
     _add_service(sub, "router", "run the router alone (see `splitspec router --help`)")
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")

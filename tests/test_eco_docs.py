@@ -33,7 +33,7 @@ def test_service_flags_sit_in_named_groups() -> None:
     """Every command's --help (and docs/config.md) shows its flags in named groups; a flag
     added outside one would land in a bare "options" list."""
     grouped = build.parsers()
-    assert len(grouped) == 9  # serve, generate, status, the three training commands, the services
+    assert len(grouped) == 10  # serve, generate, status, bench, 3 training commands, 3 services
     for title, parser in grouped:
         loose = [a.option_strings for a in parser._optionals._group_actions if a.dest != "help"]
         assert loose == [], f"{title}: flags outside a named group: {loose}"

@@ -146,6 +146,18 @@ def split_conversations(
     return train, heldout
 
 
+def heldout_prompts(count: int, max_chars: int = 2000) -> list[str]:
+    """The first ``count`` held-out first turns of at most ``max_chars``, in file order (it
+    stops reading there: `splitspec bench` should not parse the whole file for a few)."""
+    picked: list[str] = []
+    for conv in iter_conversations():
+        if len(picked) == count:
+            break
+        if is_heldout(conv.conv_id) and len(conv.prompt) <= max_chars:
+            picked.append(conv.prompt)
+    return picked
+
+
 # ---- HumanEval -----------------------------------------------------------------------------
 
 

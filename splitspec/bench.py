@@ -1,0 +1,196 @@
+"""`splitspec bench`: a running router under a closed-loop load of real prompts, as a user sees
+it (time to first token, time per output token, throughput, acceptance), and by default the
+same prompts with speculation on and off side by side, greedy outputs compared.
+
+Arms run in waves of ``--concurrency`` requests started together; the arms take turns wave by
+wave (which goes first alternates), so a drift in the machine's load touches both alike. Each
+arm first sends one warm-up request that is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+from tqdm import tqdm
+
+from protos import generation_pb2 as pb
+from splitspec.bench_prompts import SOURCES_HELP, PromptError, load_prompts
+from splitspec.bench_report import arm_summary, print_report
+from splitspec.client import Client, build_request, describe_rpc_error
+from splitspec.connection import add_connection_flags, connection_from_args
+
+ARMS = {"compare": ("target-only", "speculative"), "on": ("speculative",),
+        "off": ("target-only",), "server": ("server",)}  # fmt: skip
+SPECULATE = {"target-only": False, "speculative": True, "server": None}
+
+
+@dataclass
+class Sample:
+    """One request, as its client saw it."""
+
+    prompt_index: int
+    arm: str
+    wave: int = 0  # the requests started together with it share its number
+    token_ids: list[int] = field(default_factory=list)
+    ttft_s: float = 0.0
+    seconds: float = 0.0
+    verify_steps: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    prompts: list[str]
+    arms: tuple[str, ...]
+    concurrency: int
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    chat: bool
+
+
+def run_bench(client: Client, config: BenchConfig, progress: bool = True) -> dict[str, list]:
+    """Every arm's samples, in prompt order."""
+    samples: dict[str, list[Sample]] = {arm: [] for arm in config.arms}
+    for arm in config.arms:
+        _one(client, config, arm, 0, wave=-1)  # warm-up: first calls, caches, graphs
+    waves = range(0, len(config.prompts), config.concurrency)
+    total = len(config.prompts) * len(config.arms)
+    with tqdm(total=total, unit="req", disable=not progress, file=sys.stderr) as bar:
+        for number, start in enumerate(waves):
+            order = config.arms if number % 2 == 0 else config.arms[::-1]
+            indices = range(start, min(start + config.concurrency, len(config.prompts)))
+            for arm in order:
+                samples[arm] += _wave(client, config, arm, indices, number)
+                bar.update(len(indices))
+    return samples
+
+
+def _wave(
+    client: Client, config: BenchConfig, arm: str, indices: range, wave: int
+) -> list[Sample]:
+    with ThreadPoolExecutor(len(indices)) as pool:
+        return list(pool.map(lambda i: _one(client, config, arm, i, wave), indices))
+
+
+def _one(client: Client, config: BenchConfig, arm: str, index: int, wave: int) -> Sample:
+    request = build_request(
+        config.prompts[index], config.chat, config.max_new_tokens, config.temperature,
+        seed=config.seed + index if config.temperature > 0 else None, speculate=SPECULATE[arm],
+    )  # fmt: skip
+    sample = Sample(index, arm, wave)
+    started = time.perf_counter()
+    try:
+        for item in client.stream(request):
+            if item.token_ids and not sample.token_ids:
+                sample.ttft_s = time.perf_counter() - started
+            sample.token_ids += item.token_ids
+            if item.finish_reason:
+                _take_speculation(sample, item.speculation)
+    except grpc.RpcError as err:
+        sample.error = f"{err.code().name}: {err.details()}"
+    sample.seconds = time.perf_counter() - started
+    return sample
+
+
+def _take_speculation(sample: Sample, spec: pb.SpeculationStats) -> None:
+    sample.verify_steps = spec.verify_steps
+    sample.draft_tokens = spec.draft_tokens
+    sample.accepted_tokens = spec.accepted_tokens
+
+
+def bench_record(config: BenchConfig, samples: dict[str, list[Sample]], address: str) -> dict:
+    """The JSON `--out` writes: the settings, each arm's figures, and every sample."""
+    record = {
+        "benchmark": "splitspec bench",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "router": address,
+        "settings": {k: v for k, v in asdict(config).items() if k != "prompts"},
+        "num_prompts": len(config.prompts),
+        "arms": {arm: arm_summary(s) for arm, s in samples.items()},
+    }
+    if set(samples) == {"target-only", "speculative"}:
+        record["comparison"] = _comparison(samples, config.temperature)
+    record["samples"] = [asdict(s) for arm in samples.values() for s in arm]
+    return record
+
+
+def _comparison(samples: dict[str, list[Sample]], temperature: float) -> dict:
+    base, spec = samples["target-only"], samples["speculative"]
+    base_rate = arm_summary(base)["output_tokens_per_s"]
+    ratio = arm_summary(spec)["output_tokens_per_s"] / base_rate if base_rate else 0.0
+    out: dict = {"speedup": ratio}
+    if temperature == 0:  # greedy: lossless speculation gives the same tokens
+        pairs = [(a, b) for a, b in zip(base, spec, strict=True) if not (a.error or b.error)]
+        out["greedy_outputs_equal"] = sum(a.token_ids == b.token_ids for a, b in pairs)
+        out["greedy_outputs_compared"] = len(pairs)
+    return out
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="load a running router with real prompts: TTFT, time per token, throughput, "
+        "acceptance; speculation on and off side by side",
+    )
+    add_connection_flags(p)
+    load = p.add_argument_group("load")
+    load.add_argument("--prompts", default="builtin", help=SOURCES_HELP)
+    load.add_argument("--num-prompts", type=_positive, default=16,
+                      help="requests an arm sends (the prompt set repeats if smaller)")
+    load.add_argument("--concurrency", type=_positive, default=1,
+                      help="requests in flight at once (a wave starts together)")
+    load.add_argument("--max-new-tokens", type=_positive, default=128,
+                      help="most tokens a request generates")
+    load.add_argument("--temperature", type=float, default=0.0,
+                      help="0 (default): greedy, and the arms' outputs are compared")
+    load.add_argument("--seed", type=int, default=0, help="sampled requests: seed + prompt index")
+    load.add_argument("--raw", action="store_true",
+                      help="send each prompt as raw text, not as a chat message")
+    load.add_argument("--speculation", choices=sorted(ARMS), default="compare",
+                      help="compare (default): target-only and speculative arms; on / off: "
+                      "one arm; server: the router's own choice per request")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, help="write the figures and every sample as JSON")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=bench_main)  # fmt: skip
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    connection = connection_from_args(args)
+    try:
+        prompts = load_prompts(args.prompts, args.num_prompts)
+    except PromptError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    config = BenchConfig(prompts, ARMS[args.speculation], args.concurrency, args.max_new_tokens,
+                         args.temperature, args.seed, not args.raw)  # fmt: skip
+    with Client.connect(connection) as client:
+        try:
+            client.status()  # unreachable, wrong key, not a router: one line, before any load
+        except grpc.RpcError as err:
+            print(f"error: {describe_rpc_error(err, connection)}", file=sys.stderr)
+            return 1
+        samples = run_bench(client, config, progress=not args.no_progress)
+    record = bench_record(config, samples, connection.address)
+    print_report(record, args.prompts)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 1 if any(s.error for arm in samples.values() for s in arm) else 0

@@ -1,0 +1,82 @@
+"""`splitspec bench` against the live ecosystem stack (real default model, EAGLE drafter), and
+its prompt sources and errors without one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from splitspec import cli
+from splitspec.bench_prompts import PromptError, load_prompts
+from splitspec.launcher import free_port
+from tests.helpers.eco_stack import EcoStack
+
+
+def test_bench_compares_speculation_on_and_off(
+    eco_stack: EcoStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    address = eco_stack.stack.router_address
+    args = ["bench", "--address", address, "--num-prompts", "3", "--concurrency", "3",
+            "--max-new-tokens", "16", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert cli.main(args) == 0
+    record = json.loads(out.read_text())
+    arms = record["arms"]
+    assert set(arms) == {"target-only", "speculative"}
+    for arm in arms.values():
+        assert arm["requests"] == 3 and arm["failed"] == 0 and arm["output_tokens"] > 0
+        assert arm["ttft_ms"]["p50"] > 0 and arm["output_tokens_per_s"] > 0
+    assert arms["target-only"]["verify_steps"] == 0
+    assert arms["speculative"]["mean_acceptance_length"] > 1.0
+    comparison = record["comparison"]
+    assert comparison["greedy_outputs_equal"] == comparison["greedy_outputs_compared"] == 3
+    rates = {name: arm["output_tokens_per_s"] for name, arm in arms.items()}
+    assert comparison["speedup"] == pytest.approx(rates["speculative"] / rates["target-only"])
+    printed = capsys.readouterr().out
+    assert "greedy outputs equal: 3/3" in printed
+    assert [line.split()[0] for line in printed.splitlines()[2:4]] == ["target-only", "speculative"]
+
+
+def test_an_unreachable_router_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "--address", f"127.0.0.1:{free_port()}", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no router answers at 127.0.0.1:") and err.count("\n") == 1
+
+
+def test_prompt_files_in_each_format(tmp_path: Path) -> None:
+    (tmp_path / "p.txt").write_text("# a comment\nfirst\n\nsecond\n")
+    (tmp_path / "p.json").write_text(json.dumps(["first", "second"]))
+    (tmp_path / "p.jsonl").write_text('{"prompt": "first"}\n{"prompt": "second", "id": 2}\n')
+    for name in ("p.txt", "p.json", "p.jsonl"):
+        assert load_prompts(str(tmp_path / name), 3) == ["first", "second", "first"]
+    builtin = load_prompts("builtin", 100)
+    assert len(set(builtin)) == 40 and not any(p.startswith("#") for p in builtin)
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("missing.txt", None, "no such file"),
+        ("empty.txt", "# only a comment\n", "no prompts"),
+        ("bad.json", '{"prompt": "x"}', "list of strings"),
+        ("bad.jsonl", '{"prompt": "x"}\n["x"]\n', "bad.jsonl:2: not a JSON object"),
+        ("bad2.jsonl", '{"text": "x"}\n', "no 'prompt' string"),
+    ],
+)
+def test_bad_prompt_files_are_named(
+    tmp_path: Path, name: str, text: str | None, message: str
+) -> None:
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(PromptError, match=message):
+        load_prompts(str(tmp_path / name), 1)
+
+
+def test_a_bad_prompt_file_stops_before_any_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["bench", "--address", f"127.0.0.1:{free_port()}", "--prompts", str(tmp_path / "x.txt")]
+    assert cli.main(args) == 2
+    assert "x.txt: no such file" in capsys.readouterr().err
