@@ -110,3 +110,11 @@ def test_a_failed_choice_ends_the_interleaved_stream_and_closes_the_others() -> 
     seen, error = asyncio.run(run())
     assert error == "error event" and "f1" in seen and "a" in seen
     assert closed == ["a"]  # the other choice's stream was closed (its request aborted)
+
+
+@pytest.mark.parametrize("role", [["user"], {"name": "user"}, 7, None])
+def test_a_role_of_the_wrong_type_is_a_400_naming_it(role) -> None:
+    body = json.dumps({"messages": [{"role": role, "content": "hi"}]}).encode()
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions", body, {})
+    assert status == 400, reply  # a list or an object was unhashable: a 500 with a traceback
+    assert reply["error"]["param"] == "messages[0].role"

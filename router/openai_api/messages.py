@@ -19,7 +19,9 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 def chat_message(message: Any, where: str) -> pb.ChatMessage:
     if not isinstance(message, dict):
         raise ApiError(400, f"{where} must be an object with role and content", where)
-    role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    role_name = message.get("role")
+    # Checked for a str first: a list or an object as role is unhashable in the lookup.
+    role = ROLES.get(role_name) if isinstance(role_name, str) else None
     if role is None:
         raise ApiError(400, f"{where}.role must be one of {sorted(ROLES)}", f"{where}.role")
     out = pb.ChatMessage(role=role, content=_content(message.get("content"), where))
