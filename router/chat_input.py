@@ -8,10 +8,10 @@ call the model made then reads in the next turn's prompt exactly as the model wr
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 from protos import generation_pb2 as pb
+from router.json_text import parse_json
 
 
 class Arguments(dict[str, Any]):
@@ -60,6 +60,6 @@ def _tools(text: str) -> list[dict[str, Any]]:
 
 def _json(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
+        return parse_json(text)
+    except ValueError as err:
         raise ValueError(f"{what} is not JSON: {err}") from err

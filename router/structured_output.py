@@ -29,6 +29,7 @@ import llguidance
 from protos import generation_pb2
 from router.errors import InvalidRequest
 from router.grammar_tree import GrammarTree, allows
+from router.json_text import parse_json
 from router.request import SamplingOptions
 from router.tokenizer import Tokenizer
 
@@ -113,8 +114,8 @@ def _grammar(spec: generation_pb2.StructuredOutput, kind: str) -> str:
 
 def _schema_object(text: str) -> dict:
     try:
-        schema = json.loads(text)
-    except json.JSONDecodeError as err:
+        schema = parse_json(text)
+    except ValueError as err:
         raise ValueError(f"not JSON: {err}") from err
     if not isinstance(schema, dict):
         raise ValueError(f"a JSON Schema is an object, got {type(schema).__name__}")

@@ -118,3 +118,29 @@ def test_a_role_of_the_wrong_type_is_a_400_naming_it(role) -> None:
     status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions", body, {})
     assert status == 400, reply  # a list or an object was unhashable: a 500 with a traceback
     assert reply["error"]["param"] == "messages[0].role"
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/v1/chat/completions", b'{"messages": ' + DEEP + b"}"),  # RecursionError in json
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": ' + b"1" * 5000 + b"}"),
+        ("/v1/completions", b'{"prompt": "hi \\ud800 there"}'),  # a lone surrogate, escaped
+        ("/v1/completions", b'{"prompt": "hi", "stop": ["\\udc00"]}'),
+        ("/v1/completions", b'{"prompt": "hi \xed\xa0\x80"}'),  # the same as raw UTF-8 bytes
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud83d"}]}'),
+    ],
+)
+def test_json_that_python_parses_but_cannot_use_is_a_400(path: str, raw: bytes) -> None:
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), path, raw, {})
+    assert status == 400, reply  # each was a 500 with a traceback
+    assert reply["error"]["code"] == "invalid_json", reply
+
+
+def test_a_surrogate_pair_is_one_character_and_parses() -> None:
+    from router.openai_api.protocol import parse_body
+
+    assert parse_body(b'{"prompt": "\\ud83d\\ude00"}') == {"prompt": "\U0001f600"}

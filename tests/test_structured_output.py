@@ -115,6 +115,7 @@ def test_nothing_after_an_eos_is_kept(tokenizer: Tokenizer) -> None:
     ("spec", "message"),
     [
         ({"json_schema": "{"}, "not JSON"),
+        ({"json_schema": '{"a": ' * 5000 + "1" + "}" * 5000}, "not JSON: nested too deeply"),
         ({"json_schema": "[1]"}, "a JSON Schema is an object"),
         ({"json_schema": '{"type": "strin"}'}, "strin"),
         ({"regex": "(("}, "unclosed group"),

@@ -171,3 +171,8 @@ def test_a_stop_string_inside_a_checked_call_is_stop_not_tool_calls() -> None:
     whole = Reply(chat=True, model="m", tool_parser=ToolCallParser(checked=True))
     choice = whole.whole(item(CALL, pb.FINISH_REASON_EOS))["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
+
+
+def test_a_block_nested_past_pythons_json_limit_is_content_not_a_crash() -> None:
+    block = "<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>"  # RecursionError in json
+    assert shapes(parse(block)) == (block, [])

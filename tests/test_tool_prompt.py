@@ -101,7 +101,11 @@ def test_template_input_parses_calls_and_tools() -> None:
 @pytest.mark.parametrize(
     ("tools", "arguments", "fragment"),
     [("[1]", "{}", "tools must be a JSON list"), ("{", "{}", "tools is not JSON"),
-     ("", "[1]", "arguments must be a JSON object"), ("", "{", "arguments is not JSON")],
+     ("", "[1]", "arguments must be a JSON object"), ("", "{", "arguments is not JSON"),
+     # Python's json took these (or died of RecursionError): INVALID_ARGUMENT, not UNKNOWN.
+     ("[" * 5000 + "]" * 5000, "{}", "tools is not JSON: nested too deeply"),
+     ('[{"description": "\\ud800"}]', "{}", "tools is not JSON: .*lone UTF-16 surrogate"),
+     ("", '{"a": ' * 5000 + "1" + "}" * 5000, "arguments is not JSON: nested too deeply")],
 )  # fmt: skip
 def test_template_input_says_what_does_not_parse(tools: str, arguments: str, fragment: str) -> None:
     chat = pb.ChatMessages(tools=tools)

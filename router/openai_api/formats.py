@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.json_text import parse_json
 from router.openai_api.errors import ApiError
 
 _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
@@ -91,6 +92,6 @@ def _fill(out: pb.StructuredOutput, kind: str, value: Any, key: str) -> None:
 
 def _json_text(text: str, key: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
+        return parse_json(text)
+    except ValueError as err:
         raise ApiError(400, f"{key} is not JSON: {err}", key) from err

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.json_text import parse_json
 from router.openai_api.errors import ApiError
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -62,8 +63,8 @@ def _call(call: Any, where: str) -> pb.ToolCall:
 
 def _object(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return parse_json(text)
+    except ValueError:
         return None  # the caller's 400 names the field
 
 

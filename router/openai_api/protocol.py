@@ -7,11 +7,11 @@ Values are then validated by the same code as the gRPC API (router.validation).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
+from router.json_text import parse_json
 from router.openai_api.best_of import parse_best_of, refuse_in_chat
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
@@ -53,8 +53,8 @@ def requests(parsed: ParsedRequest) -> list[pb.GenerateRequest]:
 
 def parse_body(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        body = parse_json(raw)
+    except ValueError as err:
         raise ApiError(400, f"request body is not valid JSON: {err}", code="invalid_json") from err
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")

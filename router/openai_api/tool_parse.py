@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from router.json_text import parse_json
 from router.openai_api.call_stream import ObjectEnd, header
 from router.openai_api.tool_grammar import CALL_TAIL
 from router.tool_prompt import CALL_CLOSE, CALL_OPEN
@@ -174,8 +175,8 @@ class ToolCallParser:
 def _call(body: str) -> dict[str, Any] | None:
     """OpenAI's tool call for a block's body, or None when it is not one."""
     try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
+        value = parse_json(body)
+    except ValueError:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
