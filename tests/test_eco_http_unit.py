@@ -144,3 +144,15 @@ def test_a_surrogate_pair_is_one_character_and_parses() -> None:
     from router.openai_api.protocol import parse_body
 
     assert parse_body(b'{"prompt": "\\ud83d\\ude00"}') == {"prompt": "\U0001f600"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"temperature": 10**400}, "temperature"), ({"presence_penalty": -(10**400)},
+     "presence_penalty"), ({"logit_bias": {"5": 10**400}}, "logit_bias")],
+)  # fmt: skip
+def test_an_integer_past_floats_range_is_a_400_naming_it(extra: dict, param: str) -> None:
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], **extra}).encode()
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions", body, {})
+    assert status == 400, reply  # float() raised OverflowError: a 500
+    assert reply["error"]["param"] == param
