@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 
 import pytest
 
@@ -107,3 +108,25 @@ def test_client_leaving_a_stream_frees_its_request(eco_stack: EcoStack) -> None:
     assert_slots_accounted(status)
     generated = status.num_generated_tokens - before
     assert 1 <= generated < 200, f"{generated} tokens: the request ran on after the client left"
+
+
+def test_client_leaving_before_a_whole_reply_frees_its_request(eco_stack: EcoStack) -> None:
+    before = eco_stack.router.status().num_generated_tokens
+    host, port = eco_stack.stack.http_address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = chat_body(eco_stack, max_tokens=400, ignore_eos=True)  # not streamed
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    _wait_for_tokens(eco_stack, before)  # the request runs
+    conn.close()  # leave long before 400 tokens: uvicorn tells the app the client is gone
+    status = eco_stack.router.wait_idle(timeout_s=30)
+    assert_slots_accounted(status)
+    generated = status.num_generated_tokens - before
+    assert 1 <= generated < 200, f"{generated} tokens: the request ran on after the client left"
+
+
+def _wait_for_tokens(eco_stack: EcoStack, before: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while eco_stack.router.status().num_generated_tokens == before:
+        assert time.monotonic() < deadline, "the request generated nothing"
+        time.sleep(0.02)

@@ -156,3 +156,58 @@ def test_an_integer_past_floats_range_is_a_400_naming_it(extra: dict, param: str
     status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions", body, {})
     assert status == 400, reply  # float() raised OverflowError: a 500
     assert reply["error"]["param"] == param
+
+
+class _Unanswered:
+    """A submitted request that yields no item: only an abort would end it."""
+
+    def __init__(self) -> None:
+        self.request_id, self.finished, self.outbox = "r1", False, asyncio.Queue()
+
+
+class _Scheduler:
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.aborted: list[str] = []
+
+    def submit(self, req: _Unanswered) -> None:
+        pass
+
+    def abort(self, request_id: str) -> bool:
+        self.aborted.append(request_id)
+        return True
+
+
+class _Servicer:
+    def __init__(self) -> None:
+        self.scheduler = _Scheduler()
+
+    async def prepare(self, generate) -> None:
+        pass
+
+    def _build(self, generate, trace_context) -> _Unanswered:
+        return _Unanswered()
+
+
+def test_a_client_that_leaves_before_a_whole_reply_aborts_its_request() -> None:
+    servicer = _Servicer()
+    body = json.dumps({"prompt": "hi", "max_tokens": 1000}).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:  # the body, then the client goes away
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": [],
+             "query_string": b"", "root_path": ""}  # fmt: skip
+    app = OpenAIServer(servicer, "m").app()
+    # Before, the handler waited for every token of a reply nobody would read.
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=2))
+    assert servicer.scheduler.aborted == ["r1"]

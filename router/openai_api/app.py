@@ -7,9 +7,10 @@ the same scheduler, validated by the same code and batched with the gRPC API's r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -31,6 +32,8 @@ from router.request import TRACE_HEADERS, Request
 
 # Given the bearer token (None when the header is missing), says whether it may call /v1/*.
 KeyChecker = Callable[[str | None], bool]
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a reply nobody is left to read
 
 
 class OpenAIServer:
@@ -140,19 +143,27 @@ class OpenAIServer:
         if parsed.stream:
             events = self._events(reqs, replies, parsed.num_candidates)
             return StreamingResponse(events, media_type="text/event-stream")
-        return await self._whole(reqs, replies, parsed)
+        return await self._whole(request, reqs, replies, parsed)
 
     async def _whole(
-        self, reqs: list[Request], replies: list[Reply], parsed: protocol.ParsedRequest
+        self,
+        request: HttpRequest,
+        reqs: list[Request],
+        replies: list[Reply],
+        parsed: protocol.ParsedRequest,
     ) -> Response:
         """The reply to a request that did not stream: every choice's (with best_of, the best
-        candidates'), the usage of every candidate."""
+        candidates'), the usage of every candidate. A client that goes away first gets none:
+        its requests are aborted and give their slots back, as a stream's are."""
+        collecting = asyncio.gather(*(self._collect(req) for req in reqs))
         try:
-            wholes = await asyncio.gather(*(self._collect(req) for req in reqs))
+            wholes = await _unless_client_leaves(request, collecting)
         except ServiceFailure as err:
             for req in reqs:  # the other choices stop too
                 self._abort_unfinished(req)
             return _error(from_router_error(err))
+        if wholes is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)  # to a closed connection
         chosen = ranked(wholes, parsed.n, parsed.num_candidates)
         for index, i in enumerate(chosen):
             replies[i].index = index  # best_of's choices are numbered in rank order
@@ -275,6 +286,33 @@ def _report_tool_calls(replies: Iterable[Reply]) -> None:
     made = sum(r.tool_parser.num_calls for r in replies if r.tool_parser is not None)
     if made:
         telemetry.observer().tool_calls_made(made)
+
+
+async def _unless_client_leaves(request: HttpRequest, work: asyncio.Future[T]) -> T | None:
+    """``work``'s result, or None if the client disconnects first; ``work`` is then cancelled
+    and awaited, so that every request it waits on has been aborted (``_collect``)."""
+    gone = asyncio.ensure_future(_client_gone(request))
+    either: set[asyncio.Future[Any]] = {work, gone}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()  # the server cancelled this handler: the requests stop with it
+        raise
+    finally:
+        gone.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return None
+
+
+async def _client_gone(request: HttpRequest) -> None:
+    """Returns once the client has disconnected. The body has been read, so the ASGI server
+    answers receive() only then (uvicorn: http.disconnect once the connection is lost)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _next_item(req: Request) -> pb.GenerateResponse:
