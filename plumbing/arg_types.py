@@ -29,6 +29,20 @@ def number_at_least(
     return parse
 
 
+def int_between(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An integer in [minimum, maximum]: a request field's range (a proto's uint32 is at most
+    2**32 - 1), so that a value past it is a usage error, not protobuf's ValueError."""
+    at_least = number_at_least(int, minimum)
+
+    def parse(text: str) -> int:
+        value = int(at_least(text))
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {text}")
+        return value
+
+    return parse
+
+
 def port(text: str) -> int:
     value = number_at_least(int, 0)(text)
     if value > 65535:

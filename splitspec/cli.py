@@ -8,11 +8,15 @@ import sys
 
 import grpc
 
+from plumbing.arg_types import int_between
 from splitspec.bench import add_bench_parser
 from splitspec.connection import add_connection_flags, connection_from_args
 from splitspec.formats import add_format_flags
 from splitspec.serve_cli import add_serve_parser
 from splitspec.train_cli import add_train_parser
+
+# The request fields' ranges (protos/generation.proto): past them protobuf raises ValueError.
+UINT32_MAX, INT32_MAX, UINT64_MAX = (1 << 32) - 1, (1 << 31) - 1, (1 << 64) - 1
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -46,14 +50,16 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
     add_connection_flags(p)
     reply = p.add_argument_group("the reply")
-    reply.add_argument("--max-new-tokens", type=int, default=128, help="the reply's length at most")
+    reply.add_argument("--max-new-tokens", type=int_between(1, UINT32_MAX), default=128,
+                       help="the reply's length at most")
     reply.add_argument("--stop", action="append", default=[], metavar="TEXT",
                        help="end the reply before this text (repeatable)")
     reply.add_argument("--raw", action="store_true",
                        help="send the prompt as text, no chat template")
     reply.add_argument("--speculate", choices=["on", "off"], default=None,
                        help="this request's speculation (default: the router's choice)")
-    reply.add_argument("--logprobs", type=int, default=None, metavar="N",
+    reply.add_argument("--logprobs", type=int_between(0, UINT32_MAX), default=None,
+                       metavar="N",
                        help="after the reply, each token's log-probability under the target "
                             "and the N (at most 20) likeliest tokens at its place")
     reply.add_argument("--prompt-logprobs", action="store_true",
@@ -63,17 +69,17 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     sampling = p.add_argument_group("sampling")
     sampling.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0: off)")
-    sampling.add_argument("--top-k", type=int, default=0,
+    sampling.add_argument("--top-k", type=int_between(0, INT32_MAX), default=0,
                           help="sample from the k likeliest (0: off)")
     sampling.add_argument("--min-p", type=float, default=0.0,
                           help="drop tokens under this share of the likeliest's probability "
                                "(0: off)")
     sampling.add_argument("--repetition-penalty", type=float, default=1.0,
                           help="HF's, over the prompt and the reply, in (0, 2] (1: off)")
-    sampling.add_argument("--min-tokens", type=int, default=0,
+    sampling.add_argument("--min-tokens", type=int_between(0, UINT32_MAX), default=0,
                           help="no end of sequence, stop token or stop text before this many "
                                "tokens")
-    sampling.add_argument("--seed", type=int, default=None,
+    sampling.add_argument("--seed", type=int_between(0, UINT64_MAX), default=None,
                           help="makes a sampled request reproducible")
     add_format_flags(p)
     p.set_defaults(func=_generate)

@@ -11,6 +11,7 @@ import pytest
 
 from draft_service import server as draft_server
 from router import arguments as router_arguments
+from splitspec import cli
 from splitspec.serve_cli import add_serve_parser
 from target_service import arguments as target_arguments
 
@@ -31,11 +32,19 @@ def service_parser(add_arguments: Callable[[argparse.ArgumentParser], None]) -> 
     return make
 
 
+def generate_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="splitspec")
+    sub = top.add_subparsers(dest="command")
+    cli._add_generate(sub)
+    return sub.choices["generate"]
+
+
 PARSERS = {
     "router": service_parser(router_arguments.add_arguments),
     "target": service_parser(target_arguments.add_arguments),
     "draft": service_parser(draft_server.add_arguments),
     "serve": serve_parser,
+    "generate": generate_parser,
 }
 
 
@@ -67,6 +76,13 @@ def parse(command: str, *argv: str) -> argparse.Namespace:
         ("serve", "--start-timeout", "0", "must be > 0, got 0"),
         ("serve", "--topk", "-2", "must be >= 1, got -2"),
         ("serve", "--num-slots", "0", "must be >= 1, got 0"),
+        # A request field past its proto type was protobuf's ValueError, as a traceback.
+        ("generate", "--max-new-tokens", "-1", "must be >= 1, got -1"),
+        ("generate", "--max-new-tokens", "4294967296", "must be <= 4294967295, got 4294967296"),
+        ("generate", "--seed", "-1", "must be >= 0, got -1"),
+        ("generate", "--top-k", "2147483648", "must be <= 2147483647, got 2147483648"),
+        ("generate", "--logprobs", "-1", "must be >= 0, got -1"),
+        ("generate", "--min-tokens", "-1", "must be >= 0, got -1"),
     ],
 )
 def test_a_value_out_of_range_is_a_usage_error_naming_the_flag(
