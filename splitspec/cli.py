@@ -26,7 +26,12 @@ def _generate(args: argparse.Namespace) -> int:
     router = connection_from_args(args)
 
     speculate = None if args.speculate is None else args.speculate == "on"
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        prompt = _read_prompt(args.prompt)
+    except (UnicodeDecodeError, UnicodeEncodeError) as err:
+        print(f"error: the prompt is not valid UTF-8 (at {err.start}); the API takes UTF-8 "
+              "text", file=sys.stderr)  # fmt: skip
+        return 2
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
@@ -43,6 +48,15 @@ def _generate(args: argparse.Namespace) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _read_prompt(arg: str) -> str:
+    """The prompt (``-``: stdin's) as text; UnicodeDecodeError or UnicodeEncodeError where it
+    is not UTF-8, which protobuf would raise as a traceback while building the request."""
+    if arg == "-":
+        return sys.stdin.buffer.read().decode("utf-8")
+    arg.encode("utf-8")  # argv's bytes that are not UTF-8 arrive as lone surrogates
+    return arg
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:

@@ -5,6 +5,7 @@ there."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from splitspec import serve_cli
+from splitspec import cli, serve_cli
 from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.spec_fixtures import start_stack, tiny_model_dir_fixture  # noqa: F401
 
@@ -59,6 +60,17 @@ def test_no_router_is_one_line_naming_the_address() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: no router answers at 127.0.0.1:{port}")
     assert "splitspec serve" in lines[0]
+
+
+@pytest.mark.parametrize(("prompt", "stdin"), [("hi \udcff", b""), ("-", b"hi \xff there")])
+def test_a_prompt_that_is_not_utf8_is_one_line(
+    prompt: str, stdin: bytes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Bytes that are not UTF-8 (in argv they arrive as lone surrogates) were protobuf's
+    UnicodeEncodeError traceback while building the request; refused before any connection."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert cli.main(["generate", "--address", "127.0.0.1:1", prompt]) == 2
+    assert capsys.readouterr().err.startswith("error: the prompt is not valid UTF-8 (at 3)")
 
 
 def test_a_target_address_is_one_line_saying_it_is_not_a_router(stack: LocalStack) -> None:
