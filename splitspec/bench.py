@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
+from plumbing.arg_types import POSITIVE_INT, int_between, number_at_least
 from protos import generation_pb2 as pb
 from splitspec.bench_prompts import SOURCES_HELP, PromptError, load_prompts
 from splitspec.bench_report import arm_summary, print_report
@@ -145,15 +146,16 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_connection_flags(p)
     load = p.add_argument_group("load")
     load.add_argument("--prompts", default="builtin", help=SOURCES_HELP)
-    load.add_argument("--num-prompts", type=_positive, default=16,
+    load.add_argument("--num-prompts", type=POSITIVE_INT, default=16,
                       help="requests an arm sends (the prompt set repeats if smaller)")
-    load.add_argument("--concurrency", type=_positive, default=1,
+    load.add_argument("--concurrency", type=POSITIVE_INT, default=1,
                       help="requests in flight at once (a wave starts together)")
-    load.add_argument("--max-new-tokens", type=_positive, default=128,
+    load.add_argument("--max-new-tokens", type=int_between(1, 2**32 - 1), default=128,
                       help="most tokens a request generates")
-    load.add_argument("--temperature", type=float, default=0.0,
+    load.add_argument("--temperature", type=number_at_least(float, 0), default=0.0,
                       help="0 (default): greedy, and the arms' outputs are compared")
-    load.add_argument("--seed", type=int, default=0, help="sampled requests: seed + prompt index")
+    load.add_argument("--seed", type=int_between(0, 2**63), default=0,
+                      help="sampled requests: seed + prompt index")
     load.add_argument("--raw", action="store_true",
                       help="send each prompt as raw text, not as a chat message")
     load.add_argument("--speculation", choices=sorted(ARMS), default="compare",
@@ -163,13 +165,6 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--out", type=Path, help="write the figures and every sample as JSON")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=bench_main)  # fmt: skip
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def bench_main(args: argparse.Namespace) -> int:
