@@ -6,10 +6,13 @@ commit and streaming included; a multi-step Forward's K tokens per request count
 runs the mode that wins. Both modes commit the target's own tokens, so switching never changes
 a greedy output; only the speed moves.
 
-* A rate is the mean tokens over the median seconds of the newest WINDOW clean steps, those
-  of the mode not in use from its latest probe only: one slow step (a first graph replay, a
-  collection) does not decide a bucket, and a drafter that got better is seen at the next
-  probe. Not the median of per-step rates: a round commits 1 to 9 tokens in about the same
+* A rate is the mean tokens of the mode's window over the median seconds of its newest
+  WINDOW clean steps: one slow step (a first graph replay, a collection) does not decide a
+  bucket. Target-only's window is those WINDOW steps, from its latest probe only.
+  Speculation's is its newest SPEC_ROUNDS rounds, kept across probes (rounds accept in long
+  runs, see SPEC_ROUNDS), unless a probe measures CLEAR away from them: then a drafter that got
+  better (or worse) is seen at that probe, from its rounds alone. Not the median of per-step
+  rates: a round commits 1 to 9 tokens in about the same
   time, skewed, so that median underrates speculation (by ~6% on the H200's rounds). Clean means
   decode-only, no drafter catch-up, no wait for a Propose the last speculative step sent
   ahead (in a target-only step), no request finishing and no prompt waiting in the step:
@@ -36,7 +39,8 @@ a greedy output; only the speed moves.
   verdict (none yet: the mode the batch runs in now, which costs no transition), takes
   MIN_SAMPLES of it, then probes the other mode at once. Probes recur after ``probe_after``
   steps in the bucket, from FIRST_PROBE_AFTER up to MAX_PROBE_AFTER: x4 after a probe whose
-  mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
+  mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2, but not
+  while a close call rests on fewer than SPEC_EVIDENCE rounds. A probe
   starts after a clean step (not in a burst of unclean ones: a batch passing through this
   size while prompts prefill or requests end), wants PROBE_STEPS clean steps of target-only
   or SPEC_PROBE_STEPS of speculation (CLEAR_STEPS or SPEC_CLEAR_STEPS, when they are CLEAR:
@@ -54,7 +58,15 @@ from dataclasses import dataclass, field
 from protos import generation_pb2 as pb
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-WINDOW = 8  # newest clean measurements kept per mode
+WINDOW = 8  # newest clean steps whose median seconds a rate divides by; all of target-only's
+# Speculation's tokens a round: its rounds commit 1 to 9 tokens in runs (prose, code, a list)
+# of tens of rounds, so a rate over a few rounds swings by 2x and more around the reply's mean.
+# Over 8 rounds the switch turned speculation off in every slow run and then held it off for
+# hundreds of steps: a CPU `splitspec serve` got 1.25x target-only where always speculating got
+# 1.58x (held-out ShareGPT, 2026-12-05). The mean of the newest SPEC_ROUNDS rounds, kept across
+# probes, is the rate's numerator instead.
+SPEC_ROUNDS = 256
+SPEC_EVIDENCE = 64  # rounds measured before a probe that confirms the mode backs the next off
 MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
 PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CLEAR
 CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
@@ -65,9 +77,9 @@ CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR e
 # steps. Not the catch-up's doing (benchmarks/gpu_catch_up.py: after a re-ingest the drafter
 # accepts what it would have without one, round for round): runs of rounds accepting nothing
 # are common in any stretch of a reply.
-SPEC_PROBE_STEPS = 6
-SPEC_CLEAR_STEPS = 4
-PROBE_BUDGET = 16  # steps a probe may last, measured or not
+SPEC_PROBE_STEPS = 16
+SPEC_CLEAR_STEPS = 6
+PROBE_BUDGET = 32  # steps a probe may last, measured or not
 FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
 MAX_PROBE_AFTER = 512
 ON_ABOVE = 1.10  # speculate once speculation measures this many times target-only's rate
@@ -81,7 +93,7 @@ Sample = tuple[int, float]  # a clean step's committed tokens and wall seconds
 class _Bucket:
     speculating: bool
     samples: dict[bool, deque[Sample]] = field(
-        default_factory=lambda: {m: deque(maxlen=WINDOW) for m in (True, False)}
+        default_factory=lambda: {m: _window(m) for m in (True, False)}
     )
     num_measured: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
     probe_left: int = 0  # clean steps the running probe still wants; 0: not probing
@@ -99,11 +111,13 @@ class _Bucket:
         return self.speculating != (self.probe_left > 0)
 
     def rate(self, speculative: bool) -> float | None:
+        """Mean tokens of the mode's window over the median seconds of its newest steps."""
         samples = self.samples[speculative]
         if not samples:
             return None
         tokens = statistics.fmean(t for t, _ in samples)
-        return tokens / statistics.median(seconds for _, seconds in samples)
+        newest = list(samples)[-WINDOW:]
+        return tokens / statistics.median(seconds for _, seconds in newest)
 
     @property
     def decided(self) -> bool:
@@ -144,9 +158,9 @@ class _Bucket:
         return self.since_probe >= self.probe_after
 
     def _start_probe(self) -> None:
-        # The probe's own steps replace what that mode measured long ago.
+        # The probe's own steps are judged alone first (_stop_probe may join them to the old).
         other = not self.speculating
-        self._stale, self.samples[other] = self.samples[other], deque(maxlen=WINDOW)
+        self._stale, self.samples[other] = self.samples[other], _window(other)
         self.probe_left = SPEC_PROBE_STEPS if other else PROBE_STEPS
         self.probe_budget = PROBE_BUDGET
         self.num_probes += 1
@@ -166,13 +180,32 @@ class _Bucket:
     def _end_probe(self) -> None:
         self._stop_probe()
         switched = self._settle()
+        if not self._trusted():
+            return  # a close call on a few rounds: look again soon
         self.probe_after = min(self._backoff(switched) * self.probe_after, MAX_PROBE_AFTER)
 
     def _stop_probe(self) -> None:
         other = not self.speculating
-        if not self.samples[other]:  # nothing clean came: the old evidence stands
+        probed = self.samples[other]
+        if not probed:  # nothing clean came: the old evidence stands
             self.samples[other] = self._stale
+        elif other and self._stale and self._within_clear(probed):
+            # Speculation's rounds in a few more: the old ones still count. A probe CLEAR
+            # away from them (a new drafter, another load) starts the window afresh.
+            self.samples[other] = _window(other, [*self._stale, *probed])
         self.probe_left, self.since_probe = 0, 0
+
+    def _within_clear(self, probed: deque[Sample]) -> bool:
+        old, new = _rate_of(self._stale), _rate_of(probed)
+        return old / CLEAR < new < old * CLEAR
+
+    def _trusted(self) -> bool:
+        """Whether the rates may stand for longer: speculation measured over SPEC_EVIDENCE
+        rounds, or the two CLEAR apart (more rounds would not turn that around)."""
+        spec, plain = self.rate(True), self.rate(False)
+        if len(self.samples[True]) >= SPEC_EVIDENCE or spec is None or plain is None:
+            return True
+        return not plain / CLEAR < spec < plain * CLEAR
 
     def _backoff(self, switched: bool) -> int:
         """x4 when the probed mode lost by CLEAR: it needs a large change of acceptance or
@@ -296,6 +329,14 @@ class SpeculationSwitch:
             buckets=[self._buckets[s].status(s) for s in sorted(self._buckets)],
             num_probes=sum(b.num_probes for b in self._buckets.values()),
         )
+
+
+def _window(speculative: bool, samples: list[Sample] | None = None) -> deque[Sample]:
+    return deque(samples or (), maxlen=SPEC_ROUNDS if speculative else WINDOW)
+
+
+def _rate_of(samples: deque[Sample]) -> float:
+    return statistics.fmean(t for t, _ in samples) / statistics.median(s for _, s in samples)
 
 
 def bucket_of(num_decoding: int) -> int:
