@@ -164,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_speculative_batch=args.max_speculative_batch,
         http_port=args.http_port,
         served_model_name=args.served_model_name,
+        max_http_body_bytes=args.max_http_body_bytes,
         kv_policy=args.kv_policy,
         adaptive_speculation=args.adaptive_speculation,
         log_requests=args.log_requests,

@@ -29,6 +29,7 @@ class RouterConfig:
     max_catch_up_per_step: int = 4  # drafter re-ingests started in one scheduler step
     max_speculative_batch: int = 32  # more decoding requests than this: target-only steps
     http_port: int = 0  # OpenAI-compatible HTTP API and /metrics (0: off)
+    max_http_body_bytes: int = 8 << 20  # larger HTTP bodies are refused 413 unread
     served_model_name: str = ""  # the model name of the HTTP API; empty: the target's
     connect_timeout_s: float = 600.0  # how long start-up waits for the target to be healthy
     kv_policy: str = "reserve"  # or "retract": admit on the prefill, retract under pressure

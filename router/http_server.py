@@ -18,11 +18,12 @@ from typing import Any
 
 import uvicorn
 
-from plumbing.arg_types import port
+from plumbing.arg_types import POSITIVE_INT, port
 from plumbing.security import ServerTLS
 from router import telemetry
 from router.metrics import RouterMetrics
 from router.openai_api.app import KeyChecker, OpenAIServer
+from router.openai_api.body import DEFAULT_MAX_BODY_BYTES
 
 log = logging.getLogger("splitspec.router")
 
@@ -35,6 +36,12 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="port of the OpenAI-compatible HTTP API and /metrics on --host (0: off); "
         "HTTPS with --tls-cert and --tls-key",
+    )
+    group.add_argument(
+        "--max-http-body-bytes",
+        type=POSITIVE_INT,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="largest HTTP request body; a larger one is refused 413 before it is read whole",
     )
     group.add_argument(
         "--served-model-name",
@@ -58,6 +65,7 @@ def start_http(
     model_name: str,
     key_checker: KeyChecker | None = None,
     tls: ServerTLS | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> set[asyncio.Task]:
     """Installs the metrics observer; with a port, starts serving. Returns the tasks to await
     beside the gRPC server's (a failed bind ends the router, as a gRPC one does)."""
@@ -65,7 +73,7 @@ def start_http(
     telemetry.install(metrics)
     if not port:
         return set()
-    app = OpenAIServer(servicer, model_name, metrics.registry, key_checker).app()
+    app = OpenAIServer(servicer, model_name, metrics.registry, key_checker, max_body_bytes).app()
     config = uvicorn.Config(
         app,
         host=host,

@@ -190,6 +190,7 @@ async def serve(
             config.served_model_name or info.model_name,
             key_checker=auth.key_checker(security.api_key),
             tls=security.public_tls,
+            max_body_bytes=config.max_http_body_bytes,
         ),
         *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }

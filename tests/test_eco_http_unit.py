@@ -211,3 +211,26 @@ def test_a_client_that_leaves_before_a_whole_reply_aborts_its_request() -> None:
     # Before, the handler waited for every token of a reply nobody would read.
     asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=2))
     assert servicer.scheduler.aborted == ["r1"]
+
+
+def test_a_body_past_the_limit_is_a_413_before_it_is_read_whole() -> None:
+    """Starlette reads a body whole: before, a client could make the router hold any size."""
+    app = OpenAIServer(_NoServicer(), "m", max_body_bytes=100).app()
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 200}]}).encode()
+    for headers in ({"Content-Length": str(len(body))}, {}):  # declared, or found reading
+        status, reply = call(app, "/v1/chat/completions", body, headers)
+        assert status == 413 and reply["error"]["code"] == "request_too_large"
+        assert "--max-http-body-bytes" in reply["error"]["message"]
+        assert reply["error"]["type"] == "invalid_request_error"
+
+
+def test_stream_options_without_stream_is_a_400() -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream_options": {}}
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions",
+                         json.dumps(body).encode(), {})  # fmt: skip
+    assert status == 400 and reply["error"]["param"] == "stream_options"
+
+
+def test_a_wrong_method_is_a_405_request_error() -> None:
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/models", b"", {}, "DELETE")
+    assert status == 405 and reply["error"]["type"] == "invalid_request_error"

@@ -24,6 +24,7 @@ from router import telemetry
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api import protocol, tokenize
 from router.openai_api.best_of import ranked
+from router.openai_api.body import DEFAULT_MAX_BODY_BYTES, read_body
 from router.openai_api.choices import ChoiceFailed, interleaved
 from router.openai_api.echo import Echo
 from router.openai_api.errors import ApiError, from_router_error
@@ -43,8 +44,10 @@ class OpenAIServer:
         model_name: str,
         registry: Any = None,  # prometheus_client registry served at /metrics
         key_checker: KeyChecker | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.servicer = servicer
+        self.max_body_bytes = max_body_bytes
         self.scheduler = servicer.scheduler
         self.model_name = model_name
         self.registry = registry
@@ -113,7 +116,7 @@ class OpenAIServer:
     async def _answer(self, request: HttpRequest, answer: Callable[[bytes], dict]) -> Response:
         try:
             self._authorize(request)
-            return JSONResponse(answer(await request.body()))
+            return JSONResponse(answer(await read_body(request, self.max_body_bytes)))
         except ApiError as err:
             return _error(err)
 
@@ -128,7 +131,7 @@ class OpenAIServer:
     async def _generate(self, request: HttpRequest, parse: Callable, chat: bool) -> Response:
         try:
             self._authorize(request)
-            parsed = parse(protocol.parse_body(await request.body()))
+            parsed = parse(protocol.parse_body(await read_body(request, self.max_body_bytes)))
             if parsed.model is not None and parsed.model != self.model_name:
                 raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
                                f"serves `{self.model_name}`", "model", "model_not_found")

@@ -10,7 +10,9 @@ _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "invalid_request_error",
+    405: "invalid_request_error",
     409: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     503: "server_error",
 }

@@ -156,7 +156,10 @@ def _finish(
             raise ApiError(400, "speculation must be true or false", "speculation")
         request.speculation.enabled = speculation
     stream = flag(body, "stream")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is not None and not stream:  # as OpenAI and vLLM answer it
+        raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
+    options = options or {}
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
     include_usage = bool(options.get("include_usage")) and stream
