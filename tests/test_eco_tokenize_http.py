@@ -80,3 +80,11 @@ def test_the_live_router_serves_them(eco_stack: EcoStack) -> None:
     assert status == 200 and body["tokens"] == router_tokenizer().encode(TEXT)
     status, raw = eco_stack.get("/tokenizer_info")
     assert status == 200 and json.loads(raw)["eos_token"] == "<|im_end|>"
+
+
+def test_another_models_name_is_a_404_as_in_vllm(app) -> None:
+    """Before, /tokenize and /detokenize answered for any model name, with this tokenizer."""
+    for path, body in (("/tokenize", {"prompt": TEXT}), ("/detokenize", {"tokens": [1, 2]})):
+        status, reply = post(app, path, {**body, "model": "gpt-4"})
+        assert status == 404 and reply["error"]["code"] == "model_not_found", reply
+        assert post(app, path, {**body, "model": "m"})[0] == 200

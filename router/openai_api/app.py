@@ -102,11 +102,22 @@ class OpenAIServer:
     async def tokenize(self, request: HttpRequest) -> Response:
         max_len = self.servicer.model_info.max_context_length
         return await self._answer(request, lambda body: tokenize.tokenize(
-            protocol.parse_body(body), self.scheduler.tokenizer, max_len))  # fmt: skip
+            self._for_this_model(body), self.scheduler.tokenizer, max_len))  # fmt: skip
 
     async def detokenize(self, request: HttpRequest) -> Response:
         return await self._answer(request, lambda body: tokenize.detokenize(
-            protocol.parse_body(body), self.scheduler.tokenizer))  # fmt: skip
+            self._for_this_model(body), self.scheduler.tokenizer))  # fmt: skip
+
+    def _for_this_model(self, raw: bytes) -> dict[str, Any]:
+        """The parsed body, unless it names another model (404, as a generation's would)."""
+        body = protocol.parse_body(raw)
+        self._check_model(body.get("model"))
+        return body
+
+    def _check_model(self, model: Any) -> None:
+        if model is not None and model != self.model_name:
+            raise ApiError(404, f"The model `{model}` does not exist; this server "
+                           f"serves `{self.model_name}`", "model", "model_not_found")  # fmt: skip
 
     async def tokenizer_info(self, request: HttpRequest) -> Response:
         max_len = self.servicer.model_info.max_context_length
@@ -132,9 +143,7 @@ class OpenAIServer:
         try:
             self._authorize(request)
             parsed = parse(protocol.parse_body(await read_body(request, self.max_body_bytes)))
-            if parsed.model is not None and parsed.model != self.model_name:
-                raise ApiError(404, f"The model `{parsed.model}` does not exist; this server "
-                               f"serves `{self.model_name}`", "model", "model_not_found")
+            self._check_model(parsed.model)
             trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
             generates = protocol.requests(parsed)
             reqs = await self._submit_all(generates, trace_context)
