@@ -182,7 +182,11 @@ def bench_main(args: argparse.Namespace) -> int:
         except grpc.RpcError as err:
             print(f"error: {describe_rpc_error(err, connection)}", file=sys.stderr)
             return 1
-        samples = run_bench(client, config, progress=not args.no_progress)
+        try:
+            samples = run_bench(client, config, progress=not args.no_progress)
+        except KeyboardInterrupt:  # the channel closes on the way out: the router aborts
+            print("\ninterrupted", file=sys.stderr)
+            return 130
     record = bench_record(config, samples, connection.address)
     print_report(record, args.prompts)
     if args.out:
