@@ -4,7 +4,8 @@ Per bucket of decoding-batch sizes the router keeps the tokens per second it mea
 speculative rounds and for target-only steps (the step's wall time through the router: RPCs,
 commit and streaming included; a multi-step Forward's K tokens per request count as K), and
 runs the mode that wins. Both modes commit the target's own tokens, so switching never changes
-a greedy output; only the speed moves.
+a greedy output; only the speed moves. The names in capitals below are router/spec_bucket.py's
+constants, and a bucket's own rules live there beside them.
 
 * A rate is the mean tokens of the mode's window over the median seconds of its newest
   WINDOW clean steps: one slow step (a first graph replay, a collection) does not decide a
@@ -51,209 +52,8 @@ a greedy output; only the speed moves.
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
-from dataclasses import dataclass, field
-
 from protos import generation_pb2 as pb
-
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-WINDOW = 8  # newest clean steps whose median seconds a rate divides by; all of target-only's
-# Speculation's tokens a round: its rounds commit 1 to 9 tokens in runs (prose, code, a list)
-# of tens of rounds, so a rate over a few rounds swings by 2x and more around the reply's mean.
-# Over 8 rounds the switch turned speculation off in every slow run and then held it off for
-# hundreds of steps: a CPU `splitspec serve` got 1.25x target-only where always speculating got
-# 1.58x (held-out ShareGPT, 2026-12-05). The mean of the newest SPEC_ROUNDS rounds, kept across
-# probes, is the rate's numerator instead.
-SPEC_ROUNDS = 256
-SPEC_EVIDENCE = 64  # rounds measured before a probe that confirms the mode backs the next off
-MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
-PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CLEAR
-CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
-CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR ends
-# A probe of speculation wants more: a round commits 1 to 9 tokens, so a few rounds' rate is a
-# poor guess. On the H200 (2026-12-03, router --log-level debug) one probe's rounds committed 1,
-# 2, 1, 1 tokens (0.2-0.4x) where speculation ran at 0.8x, and ended the probe with one or two
-# steps. Not the catch-up's doing (benchmarks/gpu_catch_up.py: after a re-ingest the drafter
-# accepts what it would have without one, round for round): runs of rounds accepting nothing
-# are common in any stretch of a reply.
-SPEC_PROBE_STEPS = 16
-SPEC_CLEAR_STEPS = 6
-PROBE_BUDGET = 32  # steps a probe may last, measured or not
-FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
-MAX_PROBE_AFTER = 512
-ON_ABOVE = 1.10  # speculate once speculation measures this many times target-only's rate
-OFF_BELOW = 1.02  # stop once it no longer measures this many times it
-IMPLIES = 1.25  # a verdict this far from 1 decides the buckets beyond it (larger or smaller)
-
-Sample = tuple[int, float]  # a clean step's committed tokens and wall seconds
-
-
-@dataclass
-class _Bucket:
-    speculating: bool
-    samples: dict[bool, deque[Sample]] = field(
-        default_factory=lambda: {m: _window(m) for m in (True, False)}
-    )
-    num_measured: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
-    probe_left: int = 0  # clean steps the running probe still wants; 0: not probing
-    probe_budget: int = 0  # steps the running probe may still take
-    since_probe: int = 0
-    probe_after: int = FIRST_PROBE_AFTER
-    num_probes: int = 0
-    num_switches: int = 0
-    verdict: float | None = None  # speculation's rate over target-only's when last settled
-    _stale: deque[Sample] = field(default_factory=deque)  # the probed mode's samples before it
-
-    @property
-    def mode(self) -> bool:
-        """The mode of this bucket's next step: the settled one, or the other while probing."""
-        return self.speculating != (self.probe_left > 0)
-
-    def rate(self, speculative: bool) -> float | None:
-        """Mean tokens of the mode's window over the median seconds of its newest steps."""
-        samples = self.samples[speculative]
-        if not samples:
-            return None
-        tokens = statistics.fmean(t for t, _ in samples)
-        newest = list(samples)[-WINDOW:]
-        return tokens / statistics.median(seconds for _, seconds in newest)
-
-    @property
-    def decided(self) -> bool:
-        return all(self.samples.values())
-
-    def record(self, speculative: bool, sample: Sample | None, held: bool = False) -> None:
-        """One step of this bucket; ``sample`` (tokens, seconds), None: not clean, not
-        measured; ``held``: other buckets' verdicts decide this one's mode (see ``hold``)."""
-        if sample is not None:
-            self.samples[speculative].append(sample)
-            self.num_measured[speculative] += 1
-        if self.probe_left:
-            self._probe_step(speculative == self.mode and sample is not None)
-            return
-        self.since_probe += 1
-        if held or sample is None:
-            # Unclean: a probe starts after a clean step, not amid a burst of unclean ones (a
-            # batch passing this size while prompts prefill or requests end), where its budget
-            # would run out with nothing measured.
-            return
-        if self.decided:
-            self._settle()  # the mode in use drifted (acceptance, load): compare again
-        if self._probe_due():
-            self._start_probe()
-
-    def hold(self, speculating: bool) -> None:
-        """Runs ``speculating``, decided by other buckets' verdicts: no probe, no settling.
-        A probe under way stops; what it measured stays."""
-        if self.probe_left:
-            self._stop_probe()
-        if self.speculating != speculating:
-            self.speculating = speculating
-            self.num_switches += 1
-
-    def _probe_due(self) -> bool:
-        if self.num_probes == 0:  # early: as soon as the first mode is measured
-            return len(self.samples[self.speculating]) >= MIN_SAMPLES
-        return self.since_probe >= self.probe_after
-
-    def _start_probe(self) -> None:
-        # The probe's own steps are judged alone first (_stop_probe may join them to the old).
-        other = not self.speculating
-        self._stale, self.samples[other] = self.samples[other], _window(other)
-        self.probe_left = SPEC_PROBE_STEPS if other else PROBE_STEPS
-        self.probe_budget = PROBE_BUDGET
-        self.num_probes += 1
-
-    def _probe_step(self, measured: bool) -> None:
-        self.probe_left -= measured
-        self.probe_budget -= 1
-        spec, plain = self.rate(True), self.rate(False)
-        if measured and spec is not None and plain is not None:
-            # Both rates are known from the probe's first clean step: other buckets may lean on
-            # them at once. A bucket left mid-probe (a batch size only passed through, such as a
-            # warm-up's) would otherwise never form the verdict that holds larger ones.
-            self.verdict = spec / plain
-        if not self.probe_left or self.probe_budget <= 0 or self._clear():
-            self._end_probe()
-
-    def _end_probe(self) -> None:
-        self._stop_probe()
-        switched = self._settle()
-        if not self._trusted():
-            return  # a close call on a few rounds: look again soon
-        self.probe_after = min(self._backoff(switched) * self.probe_after, MAX_PROBE_AFTER)
-
-    def _stop_probe(self) -> None:
-        other = not self.speculating
-        probed = self.samples[other]
-        if not probed:  # nothing clean came: the old evidence stands
-            self.samples[other] = self._stale
-        elif other and self._stale and self._within_clear(probed):
-            # Speculation's rounds in a few more: the old ones still count. A probe CLEAR
-            # away from them (a new drafter, another load) starts the window afresh.
-            self.samples[other] = _window(other, [*self._stale, *probed])
-        self.probe_left, self.since_probe = 0, 0
-
-    def _within_clear(self, probed: deque[Sample]) -> bool:
-        old, new = _rate_of(self._stale), _rate_of(probed)
-        return old / CLEAR < new < old * CLEAR
-
-    def _trusted(self) -> bool:
-        """Whether the rates may stand for longer: speculation measured over SPEC_EVIDENCE
-        rounds, or the two CLEAR apart (more rounds would not turn that around)."""
-        spec, plain = self.rate(True), self.rate(False)
-        if len(self.samples[True]) >= SPEC_EVIDENCE or spec is None or plain is None:
-            return True
-        return not plain / CLEAR < spec < plain * CLEAR
-
-    def _backoff(self, switched: bool) -> int:
-        """x4 when the probed mode lost by CLEAR: it needs a large change of acceptance or
-        load to win, which a later look sees as well. Else x2 (a probe that switched the
-        mode included: the mode left is looked at again at the usual pace)."""
-        held, probed = self.rate(self.speculating), self.rate(not self.speculating)
-        clear = held is not None and probed is not None and held >= probed * CLEAR
-        return 4 if clear and not switched else 2
-
-    def _clear(self) -> bool:
-        """Whether the probe's first steps (CLEAR_STEPS or SPEC_CLEAR_STEPS of them) already
-        differ from the mode in use by CLEAR: more would not change the verdict, only cost."""
-        probing_speculation = not self.speculating
-        wanted = SPEC_CLEAR_STEPS if probing_speculation else CLEAR_STEPS
-        if len(self.samples[probing_speculation]) < wanted:
-            return False
-        probed, held = self.rate(not self.speculating), self.rate(self.speculating)
-        return (
-            probed is not None and held is not None and not (held / CLEAR < probed < held * CLEAR)
-        )
-
-    def _settle(self) -> bool:
-        """Re-decides the mode from the rates; returns True when it changed."""
-        spec, plain = self.rate(True), self.rate(False)
-        if spec is None or plain is None:
-            return False
-        self.verdict = spec / plain
-        if self.speculating and spec < plain * OFF_BELOW:
-            self.speculating = False
-        elif not self.speculating and spec > plain * ON_ABOVE:
-            self.speculating = True
-        else:
-            return False
-        self.num_switches += 1
-        return True
-
-    def status(self, size: int) -> pb.SpeculationSwitchBucket:
-        return pb.SpeculationSwitchBucket(
-            batch_size=size,
-            speculative_tok_s=self.rate(True) or 0.0,
-            target_only_tok_s=self.rate(False) or 0.0,
-            speculating=self.speculating,
-            speculative_steps=self.num_measured[True],
-            target_only_steps=self.num_measured[False],
-            probing=self.probe_left > 0,
-            num_probes=self.num_probes,
-            num_switches=self.num_switches,
-        )
+from router.spec_bucket import BUCKETS, IMPLIES, Bucket
 
 
 class SpeculationSwitch:
@@ -262,7 +62,7 @@ class SpeculationSwitch:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[int, Bucket] = {}
         self._last_mode = True  # the mode the last step ran: a new bucket's default start
 
     @property
@@ -289,14 +89,14 @@ class SpeculationSwitch:
         bucket, held = self._bucket(num_decoding)
         bucket.record(speculative, (tokens, seconds) if measured else None, held)
 
-    def _bucket(self, num_decoding: int) -> tuple[_Bucket, bool]:
+    def _bucket(self, num_decoding: int) -> tuple[Bucket, bool]:
         """The bucket (made in its prior mode when new) and whether other buckets' verdicts
         decide its mode, which it then holds."""
         size = bucket_of(num_decoding)
         implied = self.implied(size)
         if size not in self._buckets:
             start = self._prior(size) if implied is None else implied
-            self._buckets[size] = _Bucket(speculating=start)
+            self._buckets[size] = Bucket(speculating=start)
         bucket = self._buckets[size]
         if implied is not None:
             bucket.hold(implied)
@@ -329,14 +129,6 @@ class SpeculationSwitch:
             buckets=[self._buckets[s].status(s) for s in sorted(self._buckets)],
             num_probes=sum(b.num_probes for b in self._buckets.values()),
         )
-
-
-def _window(speculative: bool, samples: list[Sample] | None = None) -> deque[Sample]:
-    return deque(samples or (), maxlen=SPEC_ROUNDS if speculative else WINDOW)
-
-
-def _rate_of(samples: deque[Sample]) -> float:
-    return statistics.fmean(t for t, _ in samples) / statistics.median(s for _, s in samples)
 
 
 def bucket_of(num_decoding: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from router.spec_switch import (
+from router.spec_bucket import (
     CLEAR_STEPS,
     FIRST_PROBE_AFTER,
     MAX_PROBE_AFTER,
@@ -20,8 +20,8 @@ from router.spec_switch import (
     PROBE_STEPS,
     SPEC_CLEAR_STEPS,
     SPEC_PROBE_STEPS,
-    SpeculationSwitch,
 )
+from router.spec_switch import SpeculationSwitch
 
 Rate = Callable[[bool], float]
 

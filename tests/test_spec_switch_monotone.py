@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from router.spec_switch import (
+from router.spec_bucket import (
     BUCKETS,
     CLEAR,
     FIRST_PROBE_AFTER,
@@ -15,9 +15,8 @@ from router.spec_switch import (
     MAX_PROBE_AFTER,
     MIN_SAMPLES,
     SPEC_CLEAR_STEPS,
-    SpeculationSwitch,
-    bucket_of,
 )
+from router.spec_switch import SpeculationSwitch, bucket_of
 from tests.test_spec_switch import bucket, run_steps
 
 
