@@ -18,7 +18,6 @@ WINDOW = 8  # newest clean steps whose median seconds a rate divides by; all of 
 # 1.58x (held-out ShareGPT, 2026-12-05). The mean of the newest SPEC_ROUNDS rounds, kept across
 # probes, is the rate's numerator instead.
 SPEC_ROUNDS = 256
-SPEC_EVIDENCE = 64  # rounds measured before a probe that confirms the mode backs the next off
 MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
 PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CLEAR
 CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
@@ -29,9 +28,9 @@ CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR e
 # steps. Not the catch-up's doing (benchmarks/gpu_catch_up.py: after a re-ingest the drafter
 # accepts what it would have without one, round for round): runs of rounds accepting nothing
 # are common in any stretch of a reply.
-SPEC_PROBE_STEPS = 16
-SPEC_CLEAR_STEPS = 6
-PROBE_BUDGET = 32  # steps a probe may last, measured or not
+SPEC_PROBE_STEPS = 6
+SPEC_CLEAR_STEPS = 4
+PROBE_BUDGET = 16  # steps a probe may last, measured or not
 FIRST_PROBE_AFTER = 16  # steps in the bucket between probes, growing while they confirm
 MAX_PROBE_AFTER = 512
 ON_ABOVE = 1.10  # speculate once speculation measures this many times target-only's rate
@@ -132,8 +131,6 @@ class Bucket:
     def _end_probe(self) -> None:
         self._stop_probe()
         switched = self._settle()
-        if not self._trusted():
-            return  # a close call on a few rounds: look again soon
         self.probe_after = min(self._backoff(switched) * self.probe_after, MAX_PROBE_AFTER)
 
     def _stop_probe(self) -> None:
@@ -150,14 +147,6 @@ class Bucket:
     def _within_clear(self, probed: deque[Sample]) -> bool:
         old, new = _rate_of(self._stale), _rate_of(probed)
         return old / CLEAR < new < old * CLEAR
-
-    def _trusted(self) -> bool:
-        """Whether the rates may stand for longer: speculation measured over SPEC_EVIDENCE
-        rounds, or the two CLEAR apart (more rounds would not turn that around)."""
-        spec, plain = self.rate(True), self.rate(False)
-        if len(self.samples[True]) >= SPEC_EVIDENCE or spec is None or plain is None:
-            return True
-        return not plain / CLEAR < spec < plain * CLEAR
 
     def _backoff(self, switched: bool) -> int:
         """x4 when the probed mode lost by CLEAR: it needs a large change of acceptance or

@@ -40,8 +40,7 @@ constants, and a bucket's own rules live there beside them.
   verdict (none yet: the mode the batch runs in now, which costs no transition), takes
   MIN_SAMPLES of it, then probes the other mode at once. Probes recur after ``probe_after``
   steps in the bucket, from FIRST_PROBE_AFTER up to MAX_PROBE_AFTER: x4 after a probe whose
-  mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2, but not
-  while a close call rests on fewer than SPEC_EVIDENCE rounds. A probe
+  mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
   starts after a clean step (not in a burst of unclean ones: a batch passing through this
   size while prompts prefill or requests end), wants PROBE_STEPS clean steps of target-only
   or SPEC_PROBE_STEPS of speculation (CLEAR_STEPS or SPEC_CLEAR_STEPS, when they are CLEAR:

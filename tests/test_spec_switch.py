@@ -123,9 +123,7 @@ def test_one_slow_step_does_not_decide_a_bucket() -> None:
     switch.speculate_next(1)
     switch.record(1, True, tokens=1, seconds=1.0)  # speculation's first step: 100x slower
     modes = run_steps(switch, 100, spec_tok_s=300, plain_tok_s=100)
-    # Its 1 token stays in speculation's mean (150 tok/s, not CLEAR of target-only's 100), so
-    # the next probe is not put off: three short probes of target-only in the 100 steps.
-    assert switch.num_switches == 0 and sum(modes) >= 100 - 3 * PROBE_STEPS
+    assert switch.num_switches == 0 and sum(modes) >= 100 - 2 * PROBE_STEPS
 
 
 def test_steps_with_a_catch_up_are_counted_but_not_measured() -> None:
@@ -172,13 +170,13 @@ def test_without_neighbours_a_new_bucket_starts_in_the_running_mode() -> None:
 
 def test_status_reports_each_bucket() -> None:
     switch = SpeculationSwitch(enabled=True)
-    run_steps(switch, 44, spec_tok_s=40, plain_tok_s=100, batch=3)
+    run_steps(switch, 40, spec_tok_s=40, plain_tok_s=100, batch=3)
     status = switch.status()
     assert status.enabled and status.num_switches == 1 and status.num_probes == 2
     (b,) = status.buckets
     assert (b.batch_size, b.speculating, b.num_switches, b.num_probes) == (4, False, 1, 2)
     spec_steps = MIN_SAMPLES + SPEC_CLEAR_STEPS  # the first steps, a probe 16 steps later
-    assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 44 - spec_steps)
+    assert (b.speculative_steps, b.target_only_steps) == (spec_steps, 40 - spec_steps)
     assert not b.probing
 
 
