@@ -54,3 +54,13 @@ POSITIVE_INT = number_at_least(int, 1)
 NON_NEGATIVE_INT = number_at_least(int, 0)
 POSITIVE_FLOAT = number_at_least(float, 0, exclusive=True)
 TREE_TOKENS = number_at_least(int, 2)  # a draft tree's nodes: the root and at least one draft
+
+
+def utf8_text(text: str) -> str:
+    """Text a request field can carry: argv's bytes that are not UTF-8 arrive as lone
+    surrogates, which protobuf refuses with a traceback while the request is built."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise argparse.ArgumentTypeError(f"not valid UTF-8 (at {err.start})") from None
+    return text

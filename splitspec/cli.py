@@ -8,7 +8,7 @@ import sys
 
 import grpc
 
-from plumbing.arg_types import int_between
+from plumbing.arg_types import int_between, utf8_text
 from splitspec.bench import add_bench_parser
 from splitspec.connection import add_connection_flags, connection_from_args
 from splitspec.formats import add_format_flags
@@ -66,7 +66,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     reply = p.add_argument_group("the reply")
     reply.add_argument("--max-new-tokens", type=int_between(1, UINT32_MAX), default=128,
                        help="the reply's length at most")
-    reply.add_argument("--stop", action="append", default=[], metavar="TEXT",
+    reply.add_argument("--stop", action="append", default=[], metavar="TEXT", type=utf8_text,
                        help="end the reply before this text (repeatable)")
     reply.add_argument("--raw", action="store_true",
                        help="send the prompt as text, no chat template")

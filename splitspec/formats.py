@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from plumbing.arg_types import utf8_text
 from protos import generation_pb2 as pb
 
 
@@ -12,13 +13,14 @@ def add_format_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "structured output (one of; a reply that ends at EOS follows it)"
     ).add_mutually_exclusive_group()
-    group.add_argument("--json-schema", metavar="SCHEMA",
+    group.add_argument("--json-schema", metavar="SCHEMA", type=utf8_text,
                        help="a JSON Schema, as JSON text or @FILE")  # fmt: skip
     group.add_argument("--json", action="store_true", help="any JSON object")
-    group.add_argument("--regex", metavar="RE", help="the whole reply matches this expression")
-    group.add_argument("--grammar", metavar="GRAMMAR",
+    group.add_argument("--regex", metavar="RE", type=utf8_text,
+                       help="the whole reply matches this expression")  # fmt: skip
+    group.add_argument("--grammar", metavar="GRAMMAR", type=utf8_text,
                        help="a Lark or GBNF grammar, as text or @FILE")  # fmt: skip
-    group.add_argument("--choice", action="append", metavar="TEXT",
+    group.add_argument("--choice", action="append", metavar="TEXT", type=utf8_text,
                        help="the reply is exactly one of these (repeatable)")  # fmt: skip
 
 

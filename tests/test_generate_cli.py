@@ -73,6 +73,18 @@ def test_a_prompt_that_is_not_utf8_is_one_line(
     assert capsys.readouterr().err.startswith("error: the prompt is not valid UTF-8 (at 3)")
 
 
+@pytest.mark.parametrize("flag", ["--stop", "--choice", "--regex", "--grammar", "--json-schema"])
+def test_a_text_flag_that_is_not_utf8_is_a_usage_error(
+    flag: str, capsys: pytest.CaptureFixture
+) -> None:
+    """As the prompt: protobuf's traceback before, a usage error naming the flag now."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["generate", "--address", "127.0.0.1:1", flag, "x \udcff", "hi"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: not valid UTF-8 (at 2)" in err and "Traceback" not in err
+
+
 def test_a_target_address_is_one_line_saying_it_is_not_a_router(stack: LocalStack) -> None:
     done = generate(stack.target_address, "Say hello.")
     assert done.returncode == 1
