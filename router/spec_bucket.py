@@ -64,11 +64,7 @@ class Bucket:
     def rate(self, speculative: bool) -> float | None:
         """Mean tokens of the mode's window over the median seconds of its newest steps."""
         samples = self.samples[speculative]
-        if not samples:
-            return None
-        tokens = statistics.fmean(t for t, _ in samples)
-        newest = list(samples)[-WINDOW:]
-        return tokens / statistics.median(seconds for _, seconds in newest)
+        return _rate_of(samples) if samples else None
 
     @property
     def decided(self) -> bool:
@@ -202,4 +198,6 @@ def _window(speculative: bool, samples: list[Sample] | None = None) -> deque[Sam
 
 
 def _rate_of(samples: deque[Sample]) -> float:
-    return statistics.fmean(t for t, _ in samples) / statistics.median(s for _, s in samples)
+    """Mean tokens of all ``samples`` over the median seconds of the newest WINDOW."""
+    tokens = statistics.fmean(t for t, _ in samples)
+    return tokens / statistics.median(seconds for _, seconds in list(samples)[-WINDOW:])

@@ -111,24 +111,28 @@ def _take_speculation(sample: Sample, spec: pb.SpeculationStats) -> None:
 
 def bench_record(config: BenchConfig, samples: dict[str, list[Sample]], address: str) -> dict:
     """The JSON `--out` writes: the settings, each arm's figures, and every sample."""
-    record = {
+    arms = {arm: arm_summary(s) for arm, s in samples.items()}
+    record: dict = {
         "benchmark": "splitspec bench",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "router": address,
         "settings": {k: v for k, v in asdict(config).items() if k != "prompts"},
         "num_prompts": len(config.prompts),
-        "arms": {arm: arm_summary(s) for arm, s in samples.items()},
+        "arms": arms,
     }
     if set(samples) == {"target-only", "speculative"}:
-        record["comparison"] = _comparison(samples, config.temperature)
+        record["comparison"] = _comparison(samples, arms, config.temperature)
     record["samples"] = [asdict(s) for arm in samples.values() for s in arm]
     return record
 
 
-def _comparison(samples: dict[str, list[Sample]], temperature: float) -> dict:
+def _comparison(
+    samples: dict[str, list[Sample]], arms: dict[str, dict], temperature: float
+) -> dict:
+    """The arms' speed ratio from their summaries, and (greedy) how many outputs matched."""
     base, spec = samples["target-only"], samples["speculative"]
-    base_rate = arm_summary(base)["output_tokens_per_s"]
-    ratio = arm_summary(spec)["output_tokens_per_s"] / base_rate if base_rate else 0.0
+    base_rate = arms["target-only"]["output_tokens_per_s"]
+    ratio = arms["speculative"]["output_tokens_per_s"] / base_rate if base_rate else 0.0
     out: dict = {"speedup": ratio}
     if temperature == 0:  # greedy: lossless speculation gives the same tokens
         pairs = [(a, b) for a, b in zip(base, spec, strict=True) if not (a.error or b.error)]
