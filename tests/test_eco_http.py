@@ -48,6 +48,13 @@ def test_models_lists_the_served_model(client: openai.OpenAI, eco_stack: EcoStac
     assert eco_stack.model_name == eco_stack.router.model_info().model_name
 
 
+def test_models_retrieve_gives_the_listed_model(client: openai.OpenAI, eco_stack: EcoStack) -> None:
+    """The openai client's models.retrieve was a 404, for the served model too."""
+    assert client.models.retrieve(eco_stack.model_name) == client.models.list().data[0]
+    with pytest.raises(openai.NotFoundError, match="gpt-4o"):
+        client.models.retrieve("gpt-4o")
+
+
 def test_chat_greedy_equals_grpc(client: openai.OpenAI, eco_stack: EcoStack) -> None:
     reply = client.chat.completions.create(
         model=eco_stack.model_name, messages=CHAT, max_tokens=MAX_TOKENS, temperature=0

@@ -234,3 +234,37 @@ def test_stream_options_without_stream_is_a_400() -> None:
 def test_a_wrong_method_is_a_405_request_error() -> None:
     status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/models", b"", {}, "DELETE")
     assert status == 405 and reply["error"]["type"] == "invalid_request_error"
+
+
+class _Described:
+    """A servicer with the model description /v1/models reads."""
+
+    scheduler = None
+
+    class model_info:  # noqa: N801 (an attribute, as the servicer's)
+        max_context_length = 2048
+
+
+@pytest.mark.parametrize("name", ["tiny", "org/tiny-Q4_1"])  # a served name may hold a slash
+def test_a_model_is_retrieved_by_its_id(name: str) -> None:
+    """openai-python's client.models.retrieve: before, a 404 for the served model too."""
+    app = OpenAIServer(_Described(), name).app()
+    status, listed = call(app, "/v1/models", b"", {}, "GET")
+    assert status == 200
+    status, card = call(app, f"/v1/models/{name}", b"", {}, "GET")
+    assert status == 200 and card == listed["data"][0], card
+    for other in ("gpt-4o", f"{name}x", f"{name}/x", ""):
+        status, reply = call(app, f"/v1/models/{other}", b"", {}, "GET")
+        assert status == 404, reply
+        assert reply["error"] == {
+            "message": f"The model `{other}` does not exist; this server serves `{name}`",
+            "type": "invalid_request_error", "param": "model", "code": "model_not_found",
+        }  # fmt: skip
+
+
+def test_a_model_is_retrieved_with_the_key_only() -> None:
+    app = OpenAIServer(_Described(), "tiny", key_checker=lambda key: key == "k1").app()
+    status, reply = call(app, "/v1/models/tiny", b"", {}, "GET")
+    assert status == 401 and reply["error"]["type"] == "authentication_error"
+    status, card = call(app, "/v1/models/tiny", b"", {"Authorization": "Bearer k1"}, "GET")
+    assert status == 200 and card["id"] == "tiny"

@@ -58,6 +58,8 @@ class OpenAIServer:
         routes = [
             Route("/health", self.health, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            # :path, as a served name may hold a slash (the openai client sends it as %2F)
+            Route("/v1/models/{model_id:path}", self.model, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
@@ -87,15 +89,25 @@ class OpenAIServer:
             self._authorize(request)
         except ApiError as err:
             return _error(err)
-        info = self.servicer.model_info
-        card = {
+        return JSONResponse({"object": "list", "data": [self._card()]})
+
+    async def model(self, request: HttpRequest) -> Response:
+        """OpenAI's retrieve: the served model's card, as listed; another id is a 404."""
+        try:
+            self._authorize(request)
+            self._check_model(request.path_params["model_id"])
+        except ApiError as err:
+            return _error(err)
+        return JSONResponse(self._card())
+
+    def _card(self) -> dict[str, Any]:
+        return {
             "id": self.model_name,
             "object": "model",
             "created": self.created,
             "owned_by": "splitspec",
-            "max_model_len": info.max_context_length,
+            "max_model_len": self.servicer.model_info.max_context_length,
         }
-        return JSONResponse({"object": "list", "data": [card]})
 
     # vLLM's tokenizer endpoints (router/openai_api/tokenize.py), authorized as /v1/* is.
 
