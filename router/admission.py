@@ -64,7 +64,8 @@ def check_fields(request: pb.GenerateRequest, limits: AdmissionLimits) -> None:
     rid = request.request_id
     if len(rid) > limits.max_request_id_chars or not rid.isprintable():
         raise InvalidRequest(
-            f"request_id must be at most {limits.max_request_id_chars} printable characters"
+            f"request_id must be at most {limits.max_request_id_chars} printable characters",
+            "request_id",
         )
     kind = request.WhichOneof("input")
     if kind == "text":
@@ -72,17 +73,23 @@ def check_fields(request: pb.GenerateRequest, limits: AdmissionLimits) -> None:
     elif kind == "messages":
         items = request.messages.items
         if len(items) > limits.max_messages:
-            raise InvalidRequest(f"{len(items)} messages; at most {limits.max_messages}")
+            raise InvalidRequest(f"{len(items)} messages; at most {limits.max_messages}", "input")
         chars = len(request.messages.tools) + sum(_message_chars(m) for m in items)
     else:
         chars = 0
     if chars > limits.max_text_chars:
-        raise InvalidRequest(f"input has {chars} characters; at most {limits.max_text_chars}")
+        raise InvalidRequest(
+            f"input has {chars} characters; at most {limits.max_text_chars}", "input"
+        )
     s = request.sampling
     if any(len(x) > limits.max_stop_chars for x in s.stop):
-        raise InvalidRequest(f"a stop string may have at most {limits.max_stop_chars} characters")
+        raise InvalidRequest(
+            f"a stop string may have at most {limits.max_stop_chars} characters", "stop"
+        )
     if len(s.stop_token_ids) > limits.max_stop_token_ids:
-        raise InvalidRequest(f"stop_token_ids takes at most {limits.max_stop_token_ids} ids")
+        raise InvalidRequest(
+            f"stop_token_ids takes at most {limits.max_stop_token_ids} ids", "stop_token_ids"
+        )
 
 
 def _message_chars(message: pb.ChatMessage) -> int:
@@ -93,7 +100,8 @@ def _message_chars(message: pb.ChatMessage) -> int:
 def check_prompt_len(num_tokens: int, limits: AdmissionLimits) -> None:
     if limits.max_prompt_tokens and num_tokens > limits.max_prompt_tokens:
         raise InvalidRequest(
-            f"prompt has {num_tokens} tokens; this server takes at most {limits.max_prompt_tokens}"
+            f"prompt has {num_tokens} tokens; this server takes at most {limits.max_prompt_tokens}",
+            "input",
         )
 
 

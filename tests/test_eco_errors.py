@@ -46,14 +46,14 @@ def assert_error(status: int, body: dict, want_status: int, param: str | None = 
         ({"top_logprobs": 3}, 400, "top_logprobs"),  # needs logprobs: true
         ({"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
         ({"logprobs": 1}, 400, "logprobs"),  # a bool in chat
-        ({"temperature": -1}, 400, None),  # refused by the router's own validation
-        ({"presence_penalty": 2.5}, 400, None),
+        ({"temperature": -1}, 400, "temperature"),  # refused by the router's own validation
+        ({"presence_penalty": 2.5}, 400, "presence_penalty"),
         ({"min_p": 1.5}, 400, "min_p"),
         ({"repetition_penalty": 0}, 400, "repetition_penalty"),
         ({"repetition_penalty": "high"}, 400, "repetition_penalty"),
         ({"min_tokens": -1}, 400, "min_tokens"),
         ({"min_tokens": 5}, 400, "min_tokens"),  # over max_tokens 4
-        ({"max_tokens": 10**9}, 400, None),  # over --max-new-tokens-limit
+        ({"max_tokens": 10**9}, 400, "max_tokens"),  # over --max-new-tokens-limit
     ],
 )
 def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param) -> None:
@@ -61,6 +61,43 @@ def test_bad_chat_requests(eco_stack: EcoStack, extra: dict, status: int, param)
     assert_error(got_status, body, status, param)
     if status == 404:
         assert body["error"]["code"] == "model_not_found"
+
+
+PAST_MAX_TEXT_CHARS = "x" * (256 * 1024 + 1)  # the router's --max-text-chars, by default
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        ("/v1/chat/completions", {"top_p": 0}, "top_p"),
+        ("/v1/chat/completions", {"top_k": -2}, "top_k"),
+        ("/v1/chat/completions", {"frequency_penalty": -3}, "frequency_penalty"),
+        ("/v1/chat/completions", {"max_completion_tokens": 10**9}, "max_completion_tokens"),
+        ("/v1/chat/completions", {"stop": ["a"] * 17}, "stop"),
+        ("/v1/chat/completions", {"stop": [""]}, "stop"),
+        ("/v1/chat/completions", {"stop": "s" * 257}, "stop"),
+        ("/v1/chat/completions", {"stop_token_ids": [10**9]}, "stop_token_ids"),
+        ("/v1/chat/completions", {"logit_bias": {"5": 101}}, "logit_bias"),
+        ("/v1/chat/completions", {"guided_regex": "(("}, "guided_regex"),  # does not compile
+        ("/v1/chat/completions", {"response_format": {"type": "json_object"}, "ignore_eos": True},
+         "response_format"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": PAST_MAX_TEXT_CHARS}]},
+         "messages"),
+        ("/v1/completions", {"prompt": PAST_MAX_TEXT_CHARS}, "prompt"),
+        ("/v1/completions", {"prompt": [10**9]}, "prompt"),  # a token id past the vocabulary
+        ("/v1/completions", {"max_tokens": 10**9}, "max_tokens"),
+        ("/v1/completions", {"temperature": -0.5}, "temperature"),
+    ],
+)  # fmt: skip
+def test_a_400_of_the_routers_validation_names_the_param(
+    eco_stack: EcoStack, path: str, extra: dict, param: str
+) -> None:
+    """These pass the HTTP parser and are refused by the gRPC API's validation: their param was
+    null, though OpenAI names the body's key at fault."""
+    body = chat_body(eco_stack, **extra)
+    if path == "/v1/completions":
+        body = {"model": eco_stack.model_name, "prompt": "Hi", "max_tokens": 4, **extra}
+    assert_error(*eco_stack.post(path, body), 400, param)
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe"])

@@ -11,7 +11,7 @@ import pytest
 from router.errors import InvalidRequest, Overloaded, ServiceFailure
 from router.openai_api.app import OpenAIServer
 from router.openai_api.errors import from_router_error
-from router.openai_api.protocol import parse_chat
+from router.openai_api.protocol import parse_chat, parse_completion
 
 
 class _NoServicer:
@@ -58,6 +58,32 @@ def test_router_errors_map_to_openai_statuses() -> None:
     assert from_router_error(Overloaded("queue full")).status == 429
     assert from_router_error(ServiceFailure("target died")).status == 503
     assert from_router_error(Overloaded("q")).body()["error"]["type"] == "rate_limit_error"
+
+
+HI = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "f"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "param"),
+    [
+        ({"messages": HI, "max_completion_tokens": 9, "max_tokens": 9}, "max_new_tokens",
+         "max_completion_tokens"),  # the one that counts
+        ({"messages": HI, "max_tokens": 9}, "max_new_tokens", "max_tokens"),
+        ({"messages": HI, "guided_json": {"type": "object"}}, "structured_output", "guided_json"),
+        ({"messages": HI, "tools": [TOOL], "tool_choice": "required"}, "structured_output",
+         "tools"),  # the tools' grammar
+        ({"messages": HI}, "input", "messages"),
+        ({"messages": HI}, "top_p", "top_p"),
+        ({"prompt": "hi"}, "input", "prompt"),
+        ({"prompt": "hi"}, "structured_output", "response_format"),
+        ({"prompt": "hi"}, None, None),  # no one field: the KV pool too small for the request
+    ],
+)  # fmt: skip
+def test_a_router_400_names_the_key_the_body_sent(body: dict, field, param) -> None:
+    parsed = (parse_chat if "messages" in body else parse_completion)(body)
+    err = from_router_error(InvalidRequest("bad", field), parsed.params)
+    assert err.body()["error"]["param"] == param
 
 
 def test_chat_parameters_reach_the_grpc_request() -> None:

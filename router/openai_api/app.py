@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -158,7 +158,7 @@ class OpenAIServer:
             self._check_model(parsed.model)
             trace_context = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
             generates = protocol.requests(parsed)
-            reqs = await self._submit_all(generates, trace_context)
+            reqs = await self._submit_all(generates, trace_context, parsed.params)
         except ApiError as err:
             return _error(err)
         if parsed.tools is not None:
@@ -228,10 +228,14 @@ class OpenAIServer:
             raise ApiError(401, "invalid or missing API key", code="invalid_api_key")
 
     async def _submit_all(
-        self, generates: list[pb.GenerateRequest], trace_context: dict[str, str]
+        self,
+        generates: list[pb.GenerateRequest],
+        trace_context: dict[str, str],
+        params: Mapping[str, str],
     ) -> list[Request]:
         """Every choice's request, or none: one refused aborts those already submitted. The
-        formats compile first (off the loop), then all are submitted without a pause."""
+        formats compile first (off the loop), then all are submitted without a pause.
+        ``params``: the body's names for fields, for a refusal's ``param``."""
         reqs: list[Request] = []
         try:
             for generate in generates:
@@ -243,7 +247,7 @@ class OpenAIServer:
         except (InvalidRequest, Overloaded, ServiceFailure) as err:  # a down target: 503
             for req in reqs:
                 self._abort_unfinished(req)
-            raise from_router_error(err) from err
+            raise from_router_error(err, params) from err
         return reqs
 
     async def _collect(self, req: Request) -> pb.GenerateResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
@@ -39,10 +40,13 @@ class ApiError(Exception):
         }
 
 
-def from_router_error(err: Exception) -> ApiError:
-    """The HTTP twin of the gRPC status the public servicer gives the same error."""
+def from_router_error(err: Exception, params: Mapping[str, str] | None = None) -> ApiError:
+    """The HTTP twin of the gRPC status the public servicer gives the same error. ``params``:
+    the body's names of request fields named otherwise (max_new_tokens: max_tokens), so that
+    a 400's ``param`` is the key the client sent."""
     if isinstance(err, InvalidRequest):
-        return ApiError(400, str(err), code="invalid_value")
+        param = err.field and (params or {}).get(err.field, err.field)
+        return ApiError(400, str(err), param, code="invalid_value")
     if isinstance(err, Overloaded):
         return ApiError(429, str(err), code="overloaded")
     if isinstance(err, DuplicateRequest):

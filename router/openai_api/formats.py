@@ -34,6 +34,12 @@ def set_format(s: pb.SamplingParams, body: dict[str, Any]) -> None:
         _fill(s.structured_output, kind, value, key)
 
 
+def format_key(body: dict[str, Any]) -> str:
+    """The key of the body's structured output (response_format where it has none)."""
+    asked = [key for key, _ in _spellings(body)]
+    return asked[0] if asked else "response_format"
+
+
 def _spellings(body: dict[str, Any]) -> list[tuple[str, Any]]:
     found = [("response_format", _response_format(body.get("response_format")))]
     outputs = body.get("structured_outputs")

@@ -7,7 +7,8 @@ Values are then validated by the same code as the gRPC API (router.validation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from protos import generation_pb2 as pb
@@ -15,7 +16,7 @@ from router.json_text import parse_json
 from router.openai_api.best_of import parse_best_of, refuse_in_chat
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
-from router.openai_api.formats import set_format
+from router.openai_api.formats import format_key, set_format
 from router.openai_api.messages import chat_message
 from router.openai_api.tools import ToolRequest, apply_tools, parse_tools
 from router.openai_api.values import is_int, is_int64, is_number
@@ -39,6 +40,9 @@ class ParsedRequest:
     best_of: int = 0  # completions: candidates a prompt, the n best returned (0: n; best_of.py)
     hidden_logprobs: bool = False  # best_of ranks by logprobs that the client did not ask for
     tools: ToolRequest | None = None  # chat: the tools offered (router/openai_api/tools.py)
+    # The body's keys for the request fields that the router's validation names otherwise
+    # (InvalidRequest.field): a 400 it gives names the key the client sent as its ``param``.
+    params: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def num_candidates(self) -> int:
@@ -72,9 +76,12 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     tools = parse_tools(body)
     _chat_logprobs(request.sampling, body)
     parsed = _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
+    params = {**parsed.params, "input": "messages"}
     if tools is not None:
         tools = apply_tools(request, tools)  # after _finish: it checks the structured output set
-    return replace(parsed, tools=tools)
+        if tools.checked:  # the tools' grammar is the request's structured output
+            params["structured_output"] = "tools"
+    return replace(parsed, tools=tools, params=params)
 
 
 def parse_completion(body: dict[str, Any]) -> ParsedRequest:
@@ -103,7 +110,8 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
         _set_input(one, prompt)
         batch.append(one)
     return replace(parsed, prompts=tuple(batch), echo=echo, scores_only=scores_only,
-                   best_of=best_of, hidden_logprobs=hidden_logprobs)
+                   best_of=best_of, hidden_logprobs=hidden_logprobs,
+                   params={**parsed.params, "input": "prompt"})  # fmt: skip
 
 
 def _prompts(prompt: Any) -> list[str | list[int]]:
@@ -163,7 +171,9 @@ def _finish(
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
     include_usage = bool(options.get("include_usage")) and stream
-    return ParsedRequest(request, model, stream, include_usage, _choices(body))
+    max_tokens = next((k for k in max_tokens_keys if body.get(k) is not None), max_tokens_keys[0])
+    params = {"max_new_tokens": max_tokens, "structured_output": format_key(body)}
+    return ParsedRequest(request, model, stream, include_usage, _choices(body), params=params)
 
 
 def _choices(body: dict[str, Any]) -> int:
