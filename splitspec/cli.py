@@ -26,11 +26,8 @@ def _generate(args: argparse.Namespace) -> int:
     router = connection_from_args(args)
 
     speculate = None if args.speculate is None else args.speculate == "on"
-    try:
-        prompt = _read_prompt(args.prompt)
-    except (UnicodeDecodeError, UnicodeEncodeError) as err:
-        print(f"error: the prompt is not valid UTF-8 (at {err.start}); the API takes UTF-8 "
-              "text", file=sys.stderr)  # fmt: skip
+    prompt = _checked_prompt(args.prompt)
+    if prompt is None:
         return 2
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
@@ -50,6 +47,24 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checked_prompt(arg: str) -> str | None:
+    """The prompt, or None after one line saying why it cannot be sent: a usage error (exit
+    2), before any connection."""
+    try:
+        prompt = _read_prompt(arg)
+    except (UnicodeDecodeError, UnicodeEncodeError) as err:
+        print(f"error: the prompt is not valid UTF-8 (at {err.start}); the API takes UTF-8 "
+              "text", file=sys.stderr)  # fmt: skip
+        return None
+    # Sent, it was a chat template around nothing (or, --raw, the router's INVALID_ARGUMENT).
+    if not prompt.strip():
+        where = "read from stdin " if arg == "-" else ""
+        print(f"error: the prompt {where}is empty or only whitespace; give the text to "
+              "complete", file=sys.stderr)  # fmt: skip
+        return None
+    return prompt
+
+
 def _read_prompt(arg: str) -> str:
     """The prompt (``-``: stdin's) as text; UnicodeDecodeError or UnicodeEncodeError where it
     is not UTF-8, which protobuf would raise as a traceback while building the request."""
@@ -61,7 +76,8 @@ def _read_prompt(arg: str) -> str:
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="stream a completion from a running router")
-    p.add_argument("prompt", help="a chat message (or raw text with --raw); -: read it from stdin")
+    p.add_argument("prompt", help="a chat message (or raw text with --raw), not empty; -: read it "
+                   "from stdin")
     add_connection_flags(p)
     reply = p.add_argument_group("the reply")
     reply.add_argument("--max-new-tokens", type=int_between(1, UINT32_MAX), default=128,

@@ -73,6 +73,24 @@ def test_a_prompt_that_is_not_utf8_is_one_line(
     assert capsys.readouterr().err.startswith("error: the prompt is not valid UTF-8 (at 3)")
 
 
+@pytest.mark.parametrize(
+    ("prompt", "stdin", "said"),
+    [("", b"", "the prompt is empty"), (" \n\t", b"", "the prompt is empty"),
+     ("-", b"", "the prompt read from stdin is empty"),
+     ("-", b" \r\n\t ", "the prompt read from stdin is empty")],
+)  # fmt: skip
+def test_an_empty_prompt_is_a_usage_error(
+    prompt: str, stdin: bytes, said: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:  # fmt: skip
+    """Sent before: a chat template around nothing was answered as a request (with --raw the
+    router refused it); argv and stdin alike, refused before any connection now."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert cli.main(["generate", "--address", "127.0.0.1:1", prompt]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said} or only whitespace"), err
+
+
 @pytest.mark.parametrize("flag", ["--stop", "--choice", "--regex", "--grammar", "--json-schema"])
 def test_a_text_flag_that_is_not_utf8_is_a_usage_error(
     flag: str, capsys: pytest.CaptureFixture
