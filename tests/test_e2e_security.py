@@ -7,6 +7,8 @@ own client certificate, serves TLS on the public port and wants an API key read 
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import functools
 import http.client
 import json
@@ -15,8 +17,10 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import grpc
 import pytest
@@ -25,8 +29,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from plumbing.security import ClientTLS, ServerTLS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
+from router import http_server, secure, telemetry
 from splitspec import cli
-from splitspec.launcher import LocalStack
+from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.certs import CertFiles, make_certs
 from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 from tests.helpers.spec_fixtures import FP64, ids_request
@@ -223,6 +228,73 @@ def test_the_http_api_takes_the_same_key_over_https(
     assert status == 200 and done["usage"]["completion_tokens"] == 4
     with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
         http_call(f"http://{secure_stack.http_address}/v1/models", right)
+
+
+class _Described:
+    """What /v1/models reads of the router's servicer; enough for a TLS handshake's test."""
+
+    scheduler = None
+    model_info = SimpleNamespace(max_context_length=64)
+
+
+def _models_status(address: str, context: ssl.SSLContext) -> int:
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    try:
+        conn.request("GET", "/v1/models")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+async def _serve_mtls_http(tls: ServerTLS, check: Callable[[str], None]) -> None:
+    """The router's HTTP port as its start_http serves it under ``tls``, until ``check`` (run
+    in a thread: its calls are blocking) returns; then uvicorn shuts down and frees the port."""
+    servers: list[http_server._EmbeddedServer] = []
+
+    class Recorded(http_server._EmbeddedServer):  # to stop it as the router's exit would
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            servers.append(self)
+
+    (port,) = free_ports(1)
+    with mock.patch.object(http_server, "_EmbeddedServer", Recorded):
+        tasks = http_server.start_http(_Described(), "127.0.0.1", port, "m", tls=tls)
+    try:
+        while not servers[0].started:
+            assert not any(task.done() for task in tasks), [t.result() for t in tasks]
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(check, f"127.0.0.1:{port}")
+    finally:
+        servers[0].should_exit = True
+        await asyncio.wait(tasks, timeout=10)
+
+
+def test_the_http_port_under_mtls_serves_only_clients_with_a_certificate_from_its_ca(
+    certs: CertFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--tls-cert, --tls-key and --tls-client-ca, parsed as the router parses them, make its
+    HTTP port ask for a client certificate and refuse a connection without one from the CA."""
+    monkeypatch.setattr(telemetry, "_observer", telemetry.observer())  # start_http installs one
+    parser = argparse.ArgumentParser()
+    secure.add_arguments(parser)
+    flags = ServerTLS(certs.server_cert, certs.server_key, certs.ca).args()
+    tls = secure.security_from_args(parser.parse_args(flags)).public_tls
+    assert tls is not None and tls.client_ca == certs.ca
+
+    def client(cert: Path | None, key: Path | None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+        return context
+
+    def check(address: str) -> None:
+        assert _models_status(address, client(certs.client_cert, certs.client_key)) == 200
+        for cert, key in ((None, None), (certs.stranger_cert, certs.stranger_key)):
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+                _models_status(address, client(cert, key))  # TLS 1.3: refused on the read
+
+    asyncio.run(asyncio.wait_for(_serve_mtls_http(tls, check), timeout=60))
 
 
 def test_the_cli_reaches_a_router_with_tls_and_a_key(
