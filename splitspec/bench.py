@@ -4,7 +4,10 @@ same prompts with speculation on and off side by side, greedy outputs compared.
 
 Arms run in waves of ``--concurrency`` requests started together; the arms take turns wave by
 wave (which goes first alternates), so a drift in the machine's load touches both alike. Each
-arm first sends one warm-up request that is not counted.
+arm first sends one warm-up request that is not counted. With two arms, each wave's prompts are
+prefilled once (one token, not counted) before the arms run them: the router's prefix cache
+would otherwise give the second arm the first arm's prefill, so both arms' prompts are cached
+alike (a wave of long prompts moved a CPU comparison by 0.1x).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -42,6 +45,8 @@ class Sample:
     token_ids: list[int] = field(default_factory=list)
     ttft_s: float = 0.0
     seconds: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the router's prefix cache
     verify_steps: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
@@ -70,6 +75,8 @@ def run_bench(client: Client, config: BenchConfig, progress: bool = True) -> dic
         for number, start in enumerate(waves):
             order = config.arms if number % 2 == 0 else config.arms[::-1]
             indices = range(start, min(start + config.concurrency, len(config.prompts)))
+            if len(config.arms) > 1:
+                _wave(client, replace(config, max_new_tokens=1), "target-only", indices, number)
             for arm in order:
                 samples[arm] += _wave(client, config, arm, indices, number)
                 bar.update(len(indices))
@@ -96,14 +103,17 @@ def _one(client: Client, config: BenchConfig, arm: str, index: int, wave: int) -
                 sample.ttft_s = time.perf_counter() - started
             sample.token_ids += item.token_ids
             if item.finish_reason:
-                _take_speculation(sample, item.speculation)
+                _take_final(sample, item)
     except grpc.RpcError as err:
         sample.error = f"{err.code().name}: {err.details()}"
     sample.seconds = time.perf_counter() - started
     return sample
 
 
-def _take_speculation(sample: Sample, spec: pb.SpeculationStats) -> None:
+def _take_final(sample: Sample, item: pb.GenerateResponse) -> None:
+    sample.prompt_tokens = item.usage.prompt_tokens
+    sample.cached_tokens = item.usage.cached_tokens
+    spec = item.speculation
     sample.verify_steps = spec.verify_steps
     sample.draft_tokens = spec.draft_tokens
     sample.accepted_tokens = spec.accepted_tokens

@@ -25,6 +25,8 @@ def arm_summary(samples: Sequence[Any]) -> dict[str, Any]:
         "ttft_ms": _percentiles([s.ttft_s * 1e3 for s in done if s.token_ids]),
         "tpot_ms": _percentiles([_tpot_ms(s) for s in done if len(s.token_ids) > 1]),
         "e2e_ms": _percentiles([s.seconds * 1e3 for s in done]),
+        "prompt_tokens": sum(s.prompt_tokens for s in done),
+        "cached_prompt_tokens": sum(s.cached_tokens for s in done),
         "verify_steps": steps,
         "draft_tokens": sum(s.draft_tokens for s in done),
         "accepted_tokens": accepted,
@@ -73,6 +75,8 @@ def print_report(record: dict[str, Any], source: str) -> None:
             print(f"{arm}: failed: {error}")
     if "comparison" in record:
         print(_comparison_line(record["comparison"]))
+        print("(each wave's prompts were prefilled once before the arms ran them: both arms' "
+              "TTFT is a cached prompt's)")
 
 
 def _row(arm: str, a: dict[str, Any]) -> tuple[str, ...]:

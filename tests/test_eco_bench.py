@@ -4,6 +4,7 @@ its prompt sources and errors without one."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,15 @@ def test_bench_compares_speculation_on_and_off(
     eco_stack: EcoStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "bench.json"
+    # Prompts no earlier test sent: the prefix cache holds none of them yet.
+    prompts = tmp_path / "prompts.txt"
+    ask = "Name three uses of {} in a house, a workshop and a kitchen, one line each ({})."
+    words = ("salt", "copper", "glass")
+    prompts.write_text("".join(ask.format(w, uuid.uuid4()) + "\n" for w in words))
     address = eco_stack.stack.router_address
-    args = ["bench", "--address", address, "--num-prompts", "3", "--concurrency", "3",
-            "--max-new-tokens", "16", "--no-progress", "--out", str(out)]  # fmt: skip
+    args = ["bench", "--address", address, "--prompts", str(prompts), "--num-prompts", "3",
+            "--concurrency", "3", "--max-new-tokens", "16", "--no-progress",
+            "--out", str(out)]  # fmt: skip
     assert cli.main(args) == 0
     record = json.loads(out.read_text())
     arms = record["arms"]
@@ -29,6 +36,13 @@ def test_bench_compares_speculation_on_and_off(
         assert arm["requests"] == 3 and arm["failed"] == 0 and arm["output_tokens"] > 0
         assert arm["ttft_ms"]["p50"] > 0 and arm["output_tokens_per_s"] > 0
     assert arms["target-only"]["verify_steps"] == 0
+    # Neither arm prefills for the other: each wave's prompts were cached before both ran, so
+    # both arms find the same tokens cached (not only the chat template's shared system turn).
+    cached: dict[int, set[int]] = {}
+    for sample in record["samples"]:
+        assert 0 < sample["cached_tokens"] <= sample["prompt_tokens"]
+        cached.setdefault(sample["prompt_index"], set()).add(sample["cached_tokens"])
+    assert all(len(counts) == 1 for counts in cached.values()), cached
     assert arms["speculative"]["mean_acceptance_length"] > 1.0
     comparison = record["comparison"]
     assert comparison["greedy_outputs_equal"] == comparison["greedy_outputs_compared"] == 3
