@@ -19,6 +19,13 @@ WINDOW = 8  # newest clean steps whose median seconds a rate divides by; all of 
 # probes, is the rate's numerator instead.
 SPEC_ROUNDS = 256
 MIN_SAMPLES = 2  # of the bucket's first mode before its first probe
+# Nor is speculation judged on fewer rounds than this: a bucket that starts speculating first
+# probes target-only after SPEC_MIN_ROUNDS clean rounds, and a probe of speculation adds its
+# rounds to fewer kept ones instead of starting afresh. Judged on its first 2 rounds, a reply
+# that opened with a slow run (1-2 tokens a round) turned speculation off for most of 400 steps
+# (0.97x target-only where always speculating ran 1.82x; a cold CPU `splitspec serve`, 1
+# token a round on its first probe, did so).
+SPEC_MIN_ROUNDS = 16
 PROBE_STEPS = 3  # clean measurements a probe of target-only collects, unless CLEAR
 CLEAR = 2.0  # a probe's first steps this many times faster or slower than the mode end it
 CLEAR_STEPS = 2  # the fewest clean steps of a probe of target-only that CLEAR ends
@@ -101,7 +108,8 @@ class Bucket:
 
     def _probe_due(self) -> bool:
         if self.num_probes == 0:  # early: as soon as the first mode is measured
-            return len(self.samples[self.speculating]) >= MIN_SAMPLES
+            wanted = SPEC_MIN_ROUNDS if self.speculating else MIN_SAMPLES
+            return len(self.samples[self.speculating]) >= wanted
         return self.since_probe >= self.probe_after
 
     def _start_probe(self) -> None:
@@ -134,15 +142,19 @@ class Bucket:
         probed = self.samples[other]
         if not probed:  # nothing clean came: the old evidence stands
             self.samples[other] = self._stale
-        elif other and self._stale and self._within_clear(probed):
-            # Speculation's rounds in a few more: the old ones still count. A probe CLEAR
-            # away from them (a new drafter, another load) starts the window afresh.
+        elif other and self._stale and not self._moved(probed):
+            # Speculation's rounds in a few more: the old ones still count.
             self.samples[other] = _window(other, [*self._stale, *probed])
         self.probe_left, self.since_probe = 0, 0
 
-    def _within_clear(self, probed: deque[Sample]) -> bool:
+    def _moved(self, probed: deque[Sample]) -> bool:
+        """Whether a probe's rounds are CLEAR away from SPEC_MIN_ROUNDS or more kept ones (a
+        new drafter, another load): they start the window afresh. Fewer kept rounds are no
+        yardstick: both are a few rounds of one reply."""
+        if len(self._stale) < SPEC_MIN_ROUNDS:
+            return False
         old, new = _rate_of(self._stale), _rate_of(probed)
-        return old / CLEAR < new < old * CLEAR
+        return not old / CLEAR < new < old * CLEAR
 
     def _backoff(self, switched: bool) -> int:
         """x4 when the probed mode lost by CLEAR: it needs a large change of acceptance or
@@ -182,8 +194,8 @@ class Bucket:
     def status(self, size: int) -> pb.SpeculationSwitchBucket:
         return pb.SpeculationSwitchBucket(
             batch_size=size,
-            speculative_tok_s=self.rate(True) or 0.0,
-            target_only_tok_s=self.rate(False) or 0.0,
+            speculative_tok_s=self._reported_rate(True),
+            target_only_tok_s=self._reported_rate(False),
             speculating=self.speculating,
             speculative_steps=self.num_measured[True],
             target_only_steps=self.num_measured[False],
@@ -191,6 +203,12 @@ class Bucket:
             num_probes=self.num_probes,
             num_switches=self.num_switches,
         )
+
+    def _reported_rate(self, speculative: bool) -> float:
+        """The mode's rate; for a mode under probe with nothing clean yet, the one it had."""
+        if self.probe_left and speculative != self.speculating and not self.samples[speculative]:
+            return _rate_of(self._stale) if self._stale else 0.0
+        return self.rate(speculative) or 0.0
 
 
 def _window(speculative: bool, samples: list[Sample] | None = None) -> deque[Sample]:

@@ -11,9 +11,9 @@ constants, and a bucket's own rules live there beside them.
   WINDOW clean steps: one slow step (a first graph replay, a collection) does not decide a
   bucket. Target-only's window is those WINDOW steps, from its latest probe only.
   Speculation's is its newest SPEC_ROUNDS rounds, kept across probes (rounds accept in long
-  runs, see SPEC_ROUNDS), unless a probe measures CLEAR away from them: then a drafter that got
-  better (or worse) is seen at that probe, from its rounds alone. Not the median of per-step
-  rates: a round commits 1 to 9 tokens in about the same
+  runs, see SPEC_ROUNDS), unless a probe measures CLEAR away from SPEC_MIN_ROUNDS or more of
+  them: then a drafter that got better (or worse) is seen at that probe, from its rounds
+  alone. Not the median of per-step rates: a round commits 1 to 9 tokens in about the same
   time, skewed, so that median underrates speculation (by ~6% on the H200's rounds). Clean means
   decode-only, no drafter catch-up, no wait for a Propose the last speculative step sent
   ahead (in a target-only step), no request finishing and no prompt waiting in the step:
@@ -38,7 +38,8 @@ constants, and a bucket's own rules live there beside them.
   mid-probe (a warm-up's batch size) still holds the larger ones.
 * Learning: a new free bucket starts in its nearest neighbour's mode among those with a
   verdict (none yet: the mode the batch runs in now, which costs no transition), takes
-  MIN_SAMPLES of it, then probes the other mode at once. Probes recur after ``probe_after``
+  MIN_SAMPLES clean steps of it (SPEC_MIN_ROUNDS rounds of speculation: a reply's first rounds
+  may all be a slow run), then probes the other mode at once. Probes recur after ``probe_after``
   steps in the bucket, from FIRST_PROBE_AFTER up to MAX_PROBE_AFTER: x4 after a probe whose
   mode lost by CLEAR (a 0.4x speculation needs a large change to win), else x2. A probe
   starts after a clean step (not in a burst of unclean ones: a batch passing through this

@@ -15,6 +15,7 @@ from router.spec_bucket import (
     MAX_PROBE_AFTER,
     MIN_SAMPLES,
     SPEC_CLEAR_STEPS,
+    SPEC_MIN_ROUNDS,
 )
 from router.spec_switch import SpeculationSwitch, bucket_of
 from tests.test_spec_switch import bucket, run_steps
@@ -37,11 +38,11 @@ def test_a_clear_loss_at_batch_2_means_no_probe_at_batch_16() -> None:
 
 
 def test_a_bucket_left_mid_probe_still_holds_the_larger_ones() -> None:
-    """Batch 1 measures speculation (MIN_SAMPLES steps), then one clean step of its target-only
+    """Batch 1 measures speculation (SPEC_MIN_ROUNDS steps), then one clean step of its target-only
     probe, and is never seen again (a warm-up): that step already shows a clear loss, so batch
     4 runs target-only from its first step and never probes."""
     switch = SpeculationSwitch(enabled=True)
-    run_steps(switch, MIN_SAMPLES + 1, spec_tok_s=70, plain_tok_s=100, batch=1)
+    run_steps(switch, SPEC_MIN_ROUNDS + 1, spec_tok_s=70, plain_tok_s=100, batch=1)
     assert bucket(switch, 1).probing  # the probe wants more steps than it got
     assert not any(run_steps(switch, 200, spec_tok_s=40, plain_tok_s=100, batch=4))
     assert probes_at(switch, 4) == 0
@@ -110,7 +111,7 @@ def test_a_clear_loser_is_probed_far_less_often_than_a_close_one() -> None:
     for ratio in (0.2, 0.9):
         switch = SpeculationSwitch(enabled=True)
         modes = run_steps(switch, 1000, spec_tok_s=100 * ratio, plain_tok_s=100)
-        spent[ratio] = (bucket(switch, 1).num_probes, sum(modes[MIN_SAMPLES:]))
+        spent[ratio] = (bucket(switch, 1).num_probes, sum(modes[SPEC_MIN_ROUNDS:]))
     assert 1 / 0.2 >= CLEAR > 1 / 0.9
     assert spent[0.2][0] < spent[0.9][0] and 2 * spent[0.2][1] <= spent[0.9][1], spent
 
