@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 from router.errors import DuplicateRequest, InvalidRequest, Overloaded, ServiceFailure
 
 _TYPES = {
@@ -38,6 +40,10 @@ class ApiError(Exception):
                 "code": self.code,
             }
         }
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
 
 
 def from_router_error(err: Exception, params: Mapping[str, str] | None = None) -> ApiError:
