@@ -144,20 +144,46 @@ async def serve(
     security, admit = security or secure.RouterSecurity(), admit or AdmissionLimits()
     if config.log_requests:
         telemetry.install(RequestLog())
-    tokenizer = Tokenizer.from_model_path(str(config.model_path))
-    tls = security.internal_tls
+    tokenizer = Tokenizer.from_model_path(str(config.model_path))  # a bad path fails first
+    target, info = await claimed_target(config, security.internal_tls)
+    spans = tracing.start(config, config.served_model_name or info.model_name)  # None: off
+    try:
+        await serve_with_target(config, security, admit, tokenizer, target, info)
+    finally:
+        await target.give_up()  # the next router need not wait for the claim to lapse
+        if spans is not None:  # the spans still queued leave before the process does
+            spans.stop()
+
+
+async def claimed_target(
+    config: RouterConfig, tls: ClientTLS | None
+) -> tuple[TargetClient, target_pb2.TargetInfo]:
+    """The target, once it answers and this router holds its claim, with its KV swept of
+    requests an earlier router left."""
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
     name = f"{socket.gethostname()} pid {os.getpid()} port {config.port}"
     target = TargetClient(config.target_address, config.rpc_timeout_s, tls, name)
     await claim_target(target, config.connect_timeout_s)
     info = await target.info()
     await target.release_orphans("the router is starting")
-    spans = tracing.start(config, config.served_model_name or info.model_name)  # None: off
+    return target, info
+
+
+async def serve_with_target(
+    config: RouterConfig,
+    security: secure.RouterSecurity,
+    admit: AdmissionLimits,
+    tokenizer: Tokenizer,
+    target: TargetClient,
+    info: target_pb2.TargetInfo,
+) -> None:
+    """The scheduler, the public gRPC and HTTP servers and the watchers, until the first of
+    them ends (a drain, the server's end)."""
     router_decode_steps = config.decode_steps
     config = fit_to_target(config, info)
     fresh_kv = kv_factory(config)
     kv = fresh_kv(info.num_slots)
-    spec = build_speculation(config, info, target, kv, tls)
+    spec = build_speculation(config, info, target, kv, security.internal_tls)
     interval = config.draft_dns_interval_s
     discoveries = [DraftDiscovery(spec.pool, name, interval) for name in config.draft_dns]
     scheduler = Scheduler(config, tokenizer, target, kv, spec)
@@ -183,23 +209,29 @@ async def serve(
         asyncio.create_task(watch.run()),
         asyncio.create_task(drained.wait()),  # SIGTERM: drain, then return
         asyncio.create_task(server.wait_for_termination()),
-        *start_http(
-            servicer,
-            config.host,
-            config.http_port,
-            config.served_model_name or info.model_name,
-            key_checker=auth.key_checker(security.api_key),
-            tls=security.public_tls,
-            max_body_bytes=config.max_http_body_bytes,
-        ),
+        *http_tasks(servicer, config, security, info.model_name),
         *(asyncio.create_task(d.run_forever()) for d in discoveries),
     }
-    try:
-        await first_to_end(tasks)
-    finally:
-        await target.give_up()  # the next router need not wait for the claim to lapse
-        if spans is not None:  # the spans still queued leave before the process does
-            spans.stop()
+    await first_to_end(tasks)
+
+
+def http_tasks(
+    servicer: GenerationServicer,
+    config: RouterConfig,
+    security: secure.RouterSecurity,
+    model_name: str,
+) -> set[asyncio.Task]:
+    """The metrics observer, and the OpenAI-compatible HTTP server's task (none without
+    --http-port)."""
+    return start_http(
+        servicer,
+        config.host,
+        config.http_port,
+        config.served_model_name or model_name,
+        key_checker=auth.key_checker(security.api_key),
+        tls=security.public_tls,
+        max_body_bytes=config.max_http_body_bytes,
+    )
 
 
 async def first_to_end(tasks: set[asyncio.Task]) -> None:

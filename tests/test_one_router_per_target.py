@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from protos import target_pb2, target_pb2_grpc
 from splitspec import cli
 from splitspec.launcher import ServiceProcess, free_ports
 from target_service.ownership import Held, Ownership
@@ -92,6 +94,26 @@ def test_a_claim_is_refused_while_live_and_taken_once_lapsed() -> None:
         owner.admit("a")
 
 
+def test_a_router_that_cannot_serve_gives_its_claim_up(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A router that claimed the target and then could not bind its port held the claim until
+    it lapsed (it gave it up only once serving): the next router waited for nothing."""
+    with running_stack(tmp_path, tiny_model_dir) as (stack, _):
+        stack.router.stop()  # SIGTERM: the first router gives the target up
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            log = tmp_path / "unbound.log"
+            unbound = second_router(stack.target_address, tiny_model_dir, log, port)
+            assert unbound.started.wait(60) != 0
+        assert "cannot bind" in log.read_text()
+        with grpc.insecure_channel(stack.target_address) as channel:
+            claim = target_pb2.ClaimRequest(router_id="next", router_name="next", lease_s=5.0)
+            target_pb2_grpc.TargetModelStub(channel).Claim(claim, timeout=10)  # not held
+
+
 def test_a_call_claims_a_free_target_and_a_claim_given_up_is_free() -> None:
     owner = Ownership(clock=lambda: 0.0)
     owner.admit("a")  # no claim was live: a router's call takes the target
@@ -104,8 +126,8 @@ def test_a_call_claims_a_free_target_and_a_claim_given_up_is_free() -> None:
     owner.claim("b", "router B", lease_s=5.0)
 
 
-def second_router(target: str, model_dir: Path, log: Path) -> ServiceProcess:
-    (port,) = free_ports(1)
+def second_router(target: str, model_dir: Path, log: Path, port: int = 0) -> ServiceProcess:
+    port = port or free_ports(1)[0]
     command = [sys.executable, "-m", "router", "--model", str(model_dir), "--target", target,
                "--port", str(port)]  # fmt: skip
     router = ServiceProcess("second router", command, f"127.0.0.1:{port}", log)
