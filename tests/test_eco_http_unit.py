@@ -86,6 +86,18 @@ def test_a_router_400_names_the_key_the_body_sent(body: dict, field, param) -> N
     assert err.body()["error"]["param"] == param
 
 
+def test_a_router_400_message_names_the_key_the_body_sent() -> None:
+    """The router's messages lead with its own field names; HTTP says the client's."""
+    parsed = parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                         "max_completion_tokens": 5})  # fmt: skip
+    refusal = InvalidRequest("max_new_tokens must be at least 1", "max_new_tokens")
+    error = from_router_error(refusal, parsed.params).body()["error"]
+    assert (error["message"], error["param"]) == (
+        "max_completion_tokens must be at least 1", "max_completion_tokens")
+    other = InvalidRequest("the prompt and max_new_tokens exceed the context", "max_new_tokens")
+    assert from_router_error(other, parsed.params).body()["error"]["message"] == str(other)
+
+
 def test_chat_parameters_reach_the_grpc_request() -> None:
     parsed = parse_chat({
         "model": "m", "messages": [{"role": "developer", "content": [{"type": "text",

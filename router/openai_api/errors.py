@@ -49,10 +49,13 @@ def error_response(err: ApiError) -> JSONResponse:
 def from_router_error(err: Exception, params: Mapping[str, str] | None = None) -> ApiError:
     """The HTTP twin of the gRPC status the public servicer gives the same error. ``params``:
     the body's names of request fields named otherwise (max_new_tokens: max_tokens), so that
-    a 400's ``param`` is the key the client sent."""
+    a 400's ``param`` is the key the client sent, and so is a message's leading field name."""
     if isinstance(err, InvalidRequest):
         param = err.field and (params or {}).get(err.field, err.field)
-        return ApiError(400, str(err), param, code="invalid_value")
+        message = str(err)
+        if err.field and param and message.startswith(f"{err.field} "):
+            message = param + message[len(err.field) :]  # "max_tokens must be ...", as sent
+        return ApiError(400, message, param, code="invalid_value")
     if isinstance(err, Overloaded):
         return ApiError(429, str(err), code="overloaded")
     if isinstance(err, DuplicateRequest):
