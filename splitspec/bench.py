@@ -1,13 +1,15 @@
-"""`splitspec bench`: a running router under a closed-loop load of real prompts, as a user sees
-it (time to first token, time per output token, throughput, acceptance), and by default the
-same prompts with speculation on and off side by side, greedy outputs compared.
+"""`splitspec bench`: a running router under a load of real prompts, as a user sees it (time to
+first token, time per output token, throughput, acceptance), and by default the same prompts
+with speculation on and off side by side, greedy outputs compared.
 
-Arms run in waves of ``--concurrency`` requests started together; the arms take turns wave by
-wave (which goes first alternates), so a drift in the machine's load touches both alike. Each
-arm first sends one warm-up request that is not counted. With two arms, each wave's prompts are
-prefilled once (one token, not counted) before the arms run them: the router's prefix cache
-would otherwise give the second arm the first arm's prefill, so both arms' prompts are cached
-alike (a wave of long prompts moved a CPU comparison by 0.1x).
+Without ``--request-rate`` the load is a closed loop: arms run in waves of ``--concurrency``
+requests started together; the arms take turns wave by wave (which goes first alternates), so
+a drift in the machine's load touches both alike. Each arm first sends one warm-up request that
+is not counted. With two arms, each wave's prompts are prefilled once (one token, not counted)
+before the arms run them: the router's prefix cache would otherwise give the second arm the
+first arm's prefill, so both arms' prompts are cached alike (a wave of long prompts moved a CPU
+comparison by 0.1x). With ``--request-rate`` it is an open loop
+(splitspec/bench_open_loop.py), every prompt prefilled once before the arms.
 """
 
 from __future__ import annotations
@@ -17,106 +19,64 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import grpc
 from tqdm import tqdm
 
-from plumbing.arg_types import POSITIVE_INT, int_between, number_at_least
-from protos import generation_pb2 as pb
+from plumbing.arg_types import POSITIVE_FLOAT, POSITIVE_INT, int_between, number_at_least
+from splitspec.bench_open_loop import run_open_loop
 from splitspec.bench_prompts import SOURCES_HELP, PromptError, load_prompts
 from splitspec.bench_report import arm_summary, print_report
-from splitspec.client import Client, build_request, describe_rpc_error
+from splitspec.bench_requests import BenchConfig, Sample, send_one
+from splitspec.client import Client, describe_rpc_error
 from splitspec.connection import add_connection_flags, connection_from_args
 
 ARMS = {"compare": ("target-only", "speculative"), "on": ("speculative",),
         "off": ("target-only",), "server": ("server",)}  # fmt: skip
-SPECULATE = {"target-only": False, "speculative": True, "server": None}
-
-
-@dataclass
-class Sample:
-    """One request, as its client saw it."""
-
-    prompt_index: int
-    arm: str
-    wave: int = 0  # the requests started together with it share its number
-    token_ids: list[int] = field(default_factory=list)
-    ttft_s: float = 0.0
-    seconds: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # of prompt_tokens, served from the router's prefix cache
-    verify_steps: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    prompts: list[str]
-    arms: tuple[str, ...]
-    concurrency: int
-    max_new_tokens: int
-    temperature: float
-    seed: int
-    chat: bool
+PRIME_AT_ONCE = 16  # prompts prefilled together before an open loop
 
 
 def run_bench(client: Client, config: BenchConfig, progress: bool = True) -> dict[str, list]:
     """Every arm's samples, in prompt order."""
-    samples: dict[str, list[Sample]] = {arm: [] for arm in config.arms}
     for arm in config.arms:
-        _one(client, config, arm, 0, wave=-1)  # warm-up: first calls, caches, graphs
-    waves = range(0, len(config.prompts), config.concurrency)
+        send_one(client, config, arm, 0, wave=-1)  # warm-up: first calls, caches, graphs
     total = len(config.prompts) * len(config.arms)
     with tqdm(total=total, unit="req", disable=not progress, file=sys.stderr) as bar:
-        for number, start in enumerate(waves):
-            order = config.arms if number % 2 == 0 else config.arms[::-1]
-            indices = range(start, min(start + config.concurrency, len(config.prompts)))
-            if len(config.arms) > 1:
-                _wave(client, replace(config, max_new_tokens=1), "target-only", indices, number)
-            for arm in order:
-                samples[arm] += _wave(client, config, arm, indices, number)
-                bar.update(len(indices))
+        if config.request_rate is None:
+            return _in_waves(client, config, bar)
+        indices = range(len(config.prompts))
+        for start in range(0, len(indices), PRIME_AT_ONCE):
+            _prime(client, config, indices[start : start + PRIME_AT_ONCE], -1)
+        return {arm: run_open_loop(client, config, arm, lambda: bar.update(1))
+                for arm in config.arms}  # fmt: skip
+
+
+def _in_waves(client: Client, config: BenchConfig, bar: tqdm) -> dict[str, list[Sample]]:
+    samples: dict[str, list[Sample]] = {arm: [] for arm in config.arms}
+    waves = range(0, len(config.prompts), config.concurrency)
+    for number, start in enumerate(waves):
+        order = config.arms if number % 2 == 0 else config.arms[::-1]
+        indices = range(start, min(start + config.concurrency, len(config.prompts)))
+        _prime(client, config, indices, number)
+        for arm in order:
+            samples[arm] += _wave(client, config, arm, indices, number)
+            bar.update(len(indices))
     return samples
+
+
+def _prime(client: Client, config: BenchConfig, indices: range, wave: int) -> None:
+    """With two arms, the prompts prefilled once (one token, not counted) before either arm."""
+    if len(config.arms) > 1:
+        _wave(client, replace(config, max_new_tokens=1), "target-only", indices, wave)
 
 
 def _wave(
     client: Client, config: BenchConfig, arm: str, indices: range, wave: int
 ) -> list[Sample]:
     with ThreadPoolExecutor(len(indices)) as pool:
-        return list(pool.map(lambda i: _one(client, config, arm, i, wave), indices))
-
-
-def _one(client: Client, config: BenchConfig, arm: str, index: int, wave: int) -> Sample:
-    request = build_request(
-        config.prompts[index], config.chat, config.max_new_tokens, config.temperature,
-        seed=config.seed + index if config.temperature > 0 else None, speculate=SPECULATE[arm],
-    )  # fmt: skip
-    sample = Sample(index, arm, wave)
-    started = time.perf_counter()
-    try:
-        for item in client.stream(request):
-            if item.token_ids and not sample.token_ids:
-                sample.ttft_s = time.perf_counter() - started
-            sample.token_ids += item.token_ids
-            if item.finish_reason:
-                _take_final(sample, item)
-    except grpc.RpcError as err:
-        sample.error = f"{err.code().name}: {err.details()}"
-    sample.seconds = time.perf_counter() - started
-    return sample
-
-
-def _take_final(sample: Sample, item: pb.GenerateResponse) -> None:
-    sample.prompt_tokens = item.usage.prompt_tokens
-    sample.cached_tokens = item.usage.cached_tokens
-    spec = item.speculation
-    sample.verify_steps = spec.verify_steps
-    sample.draft_tokens = spec.draft_tokens
-    sample.accepted_tokens = spec.accepted_tokens
+        return list(pool.map(lambda i: send_one(client, config, arm, i, wave), indices))
 
 
 def bench_record(config: BenchConfig, samples: dict[str, list[Sample]], address: str) -> dict:
@@ -162,8 +122,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     load.add_argument("--prompts", default="builtin", help=SOURCES_HELP)
     load.add_argument("--num-prompts", type=POSITIVE_INT, default=16,
                       help="requests an arm sends (the prompt set repeats if smaller)")
-    load.add_argument("--concurrency", type=POSITIVE_INT, default=1,
-                      help="requests in flight at once (a wave starts together)")
+    load.add_argument("--concurrency", type=POSITIVE_INT,
+                      help="requests in flight at once (default 1: a wave starts together); "
+                      "with --request-rate, the most in flight (default: no limit)")
+    load.add_argument("--request-rate", type=POSITIVE_FLOAT, metavar="PER_S",
+                      help="an open loop: requests leave at Poisson arrival times, this many a "
+                      "second on average, whatever the router's pace (default: waves)")
     load.add_argument("--max-new-tokens", type=int_between(1, 2**32 - 1), default=128,
                       help="most tokens a request generates")
     load.add_argument("--temperature", type=number_at_least(float, 0), default=0.0,
@@ -188,8 +152,9 @@ def bench_main(args: argparse.Namespace) -> int:
     except PromptError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    config = BenchConfig(prompts, ARMS[args.speculation], args.concurrency, args.max_new_tokens,
-                         args.temperature, args.seed, not args.raw)  # fmt: skip
+    concurrency = args.concurrency or (0 if args.request_rate else 1)  # 0: no limit
+    config = BenchConfig(prompts, ARMS[args.speculation], concurrency, args.max_new_tokens,
+                         args.temperature, args.seed, not args.raw, args.request_rate)  # fmt: skip
     with Client.connect(connection) as client:
         try:
             client.status()  # unreachable, wrong key, not a router: one line, before any load

@@ -8,9 +8,10 @@ from typing import Any
 
 
 def arm_summary(samples: Sequence[Any]) -> dict[str, Any]:
-    """Throughput over the arm's own waves (each lasts as long as its slowest request), the
-    latency percentiles of its requests, and its acceptance (committed tokens a verify step,
-    the bonus token included, as GetServerStatus counts it)."""
+    """Throughput over the arm's own waves (each from its first request's send to its last
+    one's end; an open loop is one wave), the latency percentiles of its requests, and its
+    acceptance (committed tokens a verify step, the bonus token included, as GetServerStatus
+    counts it)."""
     done = [s for s in samples if not s.error]
     tokens = sum(len(s.token_ids) for s in done)
     seconds = sum(_wave_seconds(done).values())
@@ -36,10 +37,12 @@ def arm_summary(samples: Sequence[Any]) -> dict[str, Any]:
 
 
 def _wave_seconds(samples: Sequence[Any]) -> dict[int, float]:
-    seconds: dict[int, float] = {}
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
     for s in samples:
-        seconds[s.wave] = max(seconds.get(s.wave, 0.0), s.seconds)
-    return seconds
+        first[s.wave] = min(first.get(s.wave, s.sent_s), s.sent_s)
+        last[s.wave] = max(last.get(s.wave, 0.0), s.sent_s + s.seconds)
+    return {wave: last[wave] - first[wave] for wave in first}
 
 
 def _tpot_ms(sample: Any) -> float:
@@ -61,7 +64,7 @@ def print_report(record: dict[str, Any], source: str) -> None:
     mode = "greedy" if s["temperature"] == 0 else f"temperature {s['temperature']}"
     print(
         f"splitspec bench: {record['num_prompts']} prompts ({source}), up to "
-        f"{s['max_new_tokens']} new tokens, concurrency {s['concurrency']}, {mode}, "
+        f"{s['max_new_tokens']} new tokens, {_load(s)}, {mode}, "
         f"router {record['router']}"
     )
     header = ("arm", "requests", "tokens", "tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
@@ -75,8 +78,16 @@ def print_report(record: dict[str, Any], source: str) -> None:
             print(f"{arm}: failed: {error}")
     if "comparison" in record:
         print(_comparison_line(record["comparison"]))
-        print("(each wave's prompts were prefilled once before the arms ran them: both arms' "
-              "TTFT is a cached prompt's)")
+        which = "every prompt was" if s.get("request_rate") else "each wave's prompts were"
+        print(f"({which} prefilled once before the arms ran: both arms' TTFT is a cached "
+              "prompt's)")
+
+
+def _load(settings: dict[str, Any]) -> str:
+    rate, cap = settings.get("request_rate"), settings["concurrency"]
+    if rate is None:
+        return f"concurrency {cap}"
+    return f"Poisson arrivals {rate:g}/s" + (f", at most {cap} in flight" if cap else "")
 
 
 def _row(arm: str, a: dict[str, Any]) -> tuple[str, ...]:

@@ -10,13 +10,25 @@ from pathlib import Path
 import pytest
 
 from splitspec import cli
+from splitspec.bench_open_loop import arrival_times
 from splitspec.bench_prompts import PromptError, load_prompts
+from splitspec.bench_report import arm_summary
+from splitspec.bench_requests import Sample
 from splitspec.launcher import free_port
 from tests.helpers.eco_stack import EcoStack
 
 
+@pytest.mark.parametrize(
+    "load, described",
+    [(["--concurrency", "3"], "concurrency 3"),
+     (["--request-rate", "40"], "Poisson arrivals 40/s")],  # an open loop
+)  # fmt: skip
 def test_bench_compares_speculation_on_and_off(
-    eco_stack: EcoStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    eco_stack: EcoStack,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    load: list[str],
+    described: str,
 ) -> None:
     out = tmp_path / "bench.json"
     # Prompts no earlier test sent: the prefix cache holds none of them yet.
@@ -26,8 +38,7 @@ def test_bench_compares_speculation_on_and_off(
     prompts.write_text("".join(ask.format(w, uuid.uuid4()) + "\n" for w in words))
     address = eco_stack.stack.router_address
     args = ["bench", "--address", address, "--prompts", str(prompts), "--num-prompts", "3",
-            "--concurrency", "3", "--max-new-tokens", "16", "--no-progress",
-            "--out", str(out)]  # fmt: skip
+            *load, "--max-new-tokens", "16", "--no-progress", "--out", str(out)]  # fmt: skip
     assert cli.main(args) == 0
     record = json.loads(out.read_text())
     arms = record["arms"]
@@ -43,14 +54,33 @@ def test_bench_compares_speculation_on_and_off(
         assert 0 < sample["cached_tokens"] <= sample["prompt_tokens"]
         cached.setdefault(sample["prompt_index"], set()).add(sample["cached_tokens"])
     assert all(len(counts) == 1 for counts in cached.values()), cached
+    if "--request-rate" in load:  # one by one, not together
+        assert max(sample["sent_s"] for sample in record["samples"]) > 0
     assert arms["speculative"]["mean_acceptance_length"] > 1.0
     comparison = record["comparison"]
     assert comparison["greedy_outputs_equal"] == comparison["greedy_outputs_compared"] == 3
     rates = {name: arm["output_tokens_per_s"] for name, arm in arms.items()}
     assert comparison["speedup"] == pytest.approx(rates["speculative"] / rates["target-only"])
     printed = capsys.readouterr().out
+    assert described in printed.splitlines()[0]
     assert "greedy outputs equal: 3/3" in printed
     assert [line.split()[0] for line in printed.splitlines()[2:4]] == ["target-only", "speculative"]
+
+
+def test_open_loop_arrivals_are_poisson_and_the_same_for_every_arm() -> None:
+    times = arrival_times(2000, rate=4.0, seed=7)
+    assert times[0] == 0 and times == sorted(times) and times == arrival_times(2000, 4.0, 7)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.25, rel=0.1)
+    assert arrival_times(2000, 4.0, 8) != times
+
+
+def test_a_wave_lasts_from_its_first_send_to_its_last_end() -> None:
+    """An open loop's requests leave one by one: its arm's time is their span, not the
+    longest request's (waves start together, so both are the same there)."""
+    samples = [Sample(0, "x", sent_s=0.0, seconds=1.0, token_ids=[1] * 10),
+               Sample(1, "x", sent_s=2.0, seconds=1.5, token_ids=[1] * 10)]  # fmt: skip
+    assert arm_summary(samples)["seconds"] == pytest.approx(3.5)
 
 
 def test_an_unreachable_router_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
