@@ -99,7 +99,10 @@ def _row(arm: str, a: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _comparison_line(comparison: dict[str, Any]) -> str:
-    line = f"speculative / target-only: {comparison['speedup']:.2f}x output tokens/s"
+    line = (
+        f"speculative / target-only: {comparison['speedup']:.2f}x output tokens/s, "
+        f"{comparison['mean_request_time_ratio']:.2f}x mean request time"
+    )
     if "greedy_outputs_compared" in comparison:
         line += (
             f"; greedy outputs equal: {comparison['greedy_outputs_equal']}"

@@ -61,6 +61,9 @@ def test_bench_compares_speculation_on_and_off(
     assert comparison["greedy_outputs_equal"] == comparison["greedy_outputs_compared"] == 3
     rates = {name: arm["output_tokens_per_s"] for name, arm in arms.items()}
     assert comparison["speedup"] == pytest.approx(rates["speculative"] / rates["target-only"])
+    means = {name: arm["e2e_ms"]["mean"] for name, arm in arms.items()}
+    assert comparison["mean_request_time_ratio"] == pytest.approx(
+        means["speculative"] / means["target-only"])
     printed = capsys.readouterr().out
     assert described in printed.splitlines()[0]
     assert "greedy outputs equal: 3/3" in printed
