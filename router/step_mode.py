@@ -27,15 +27,12 @@ class StepMode:
         self.spec = spec
         self.batch = 0  # the batch size the switch chose this step's mode for (0: none)
 
-    def choose(self, running: list[Request], ends_a_prefill: bool = False) -> bool:
+    def choose(self, running: list[Request]) -> bool:
         """Whether this step speculates: not under load, where a wider batch beats longer
-        trees (--max-speculative-batch), nor where the switch measured speculation losing, nor
-        in a step that ends a prompt's prefill: its request's first token then waits out a
-        decode step beside the prefill, not a speculative round (a CPU `splitspec serve` under
-        0.5 requests a second: 232 against 88 ms to the first token at p50, 2026-12-05)."""
+        trees (--max-speculative-batch), nor where the switch measured speculation losing."""
         decoding = [r for r in running if not r.is_prefilling]
         wanted = any(self.spec.wanted(r) for r in decoding)
-        asked = wanted and len(decoding) <= self.max_speculative_batch and not ends_a_prefill
+        asked = wanted and len(decoding) <= self.max_speculative_batch
         self.batch = len(decoding) if asked else 0
         return asked and self.switch.speculate_next(len(decoding))
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from router.spec_bucket import SPEC_MIN_ROUNDS
-from tests.helpers.rpc import BackgroundStream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     ids_request,
     random_prompts,
@@ -92,21 +91,3 @@ def test_switched_off_steps_are_target_only_multi_step_forwards(
     rounds = sum(a.final.speculation.verify_steps for a in auto)
     assert 0 < rounds <= 4 * (SPEC_MIN_ROUNDS + 12), rounds
     assert forwards >= 160 / 4 / 2, forwards
-
-
-def test_a_step_that_ends_a_prompt_runs_target_only(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """A request arriving while another speculates takes its first token from a target-only
-    step (its prefill beside one decode step of the other), not after a speculative round of
-    its own: speculation always on (no switch), so every other step of the first request is
-    a verify."""
-    first, second = random_prompts(seed=11, count=2, vocab_size=49152, max_len=40)
-    with running_stack(tmp_path, tiny_model_dir, [RANDOM_HEAD]) as (_, router):
-        streaming = BackgroundStream(router, ids_request(first, 80, True, ignore_eos=True))
-        streaming.wait_for_tokens(8)
-        arrived = router.generate(ids_request(second, 8, True, ignore_eos=True))
-        tokens = streaming.finish()
-    spec = streaming.items[-1].speculation
-    assert len(arrived.token_ids) == 8 and spec.verify_steps > 0
-    # Its prefill's token, and the step that ended the second prompt's prefill (a Propose that
-    # missed its deadline would add one more).
-    assert len(tokens) - spec.verify_steps - spec.accepted_tokens >= 2, spec
