@@ -46,13 +46,23 @@ class GenerationResult:
             f" | TTFT {f.timings.time_to_first_token_ms:.0f} ms"
             f" | prompt {f.usage.prompt_tokens} (cached {f.usage.cached_tokens})"
         )
-        s = f.speculation
-        if s.verify_steps:
-            line += (
-                f" | acceptance {s.mean_acceptance_length:.2f} tokens/step "
-                f"({s.accepted_tokens}/{s.draft_tokens} drafts accepted)"
-            )
+        if f.speculation.verify_steps:
+            line += " | " + acceptance_summary(f.speculation, len(self.token_ids))
         return line
+
+
+def acceptance_summary(s: pb.SpeculationStats, num_tokens: int) -> str:
+    """Acceptance over the verify steps, and how many tokens came from target-only steps: where
+    the router's switch turned speculation off partway, the acceptance covers only the part of
+    the reply that speculated, and the speed is mostly target-only's."""
+    line = (
+        f"acceptance {s.mean_acceptance_length:.2f} tokens/step over {s.verify_steps} verify "
+        f"steps ({s.accepted_tokens}/{s.draft_tokens} drafts accepted"
+    )
+    target_only_tokens = num_tokens - s.accepted_tokens - s.verify_steps
+    if target_only_tokens > 0:
+        line += f"; {target_only_tokens} tokens from target-only steps"
+    return line + ")"
 
 
 class Client:
