@@ -79,7 +79,7 @@ def run_verify(
     a request asked: computed from this pass's own logits, before the read-back's sync."""
     mask = tree_ops.tree_mask_and_positions(trees.parents, trees.valid, trees.start_pos)
     layout, positions = mask.layout(), mask.positions
-    num_req, num_nodes = trees.tokens.shape
+    num_nodes = trees.tokens.shape[1]
     node_ids = torch.arange(num_nodes, device=trees.tokens.device)
     node_slots = slot_table[trees.rows[:, None], trees.start_pos[:, None] + node_ids]  # [B, N]
     real = trees.valid.flatten()
@@ -89,13 +89,7 @@ def run_verify(
         trees.tokens.flatten()[real], positions.flatten()[real], (pools.k, pools.v), meta
     )
     pools.hidden.index_copy_(0, write_slots, hidden)
-    if trees.all_full:  # the common case (one tree, or trees of one size): no scatter needed
-        logits = model.logits(hidden)
-    else:
-        vocab = model.config.vocab_size
-        logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
-        logits[real] = model.logits(hidden)
-    logits = logits.view(num_req, num_nodes, -1)
+    logits = _node_logits(model, hidden, trees, real)
     raw = logits  # what logprobs report: before penalties
     if penalize is not None:  # penalties, bans and biases per node (target_service.penalties)
         logits = penalize(logits, layout)
@@ -107,6 +101,20 @@ def run_verify(
     tops = logprobs[0] if logprobs else None
     out.logprobs = read_back(packed, tops, [n + 1 for n in out.num_accepted])
     return out
+
+
+def _node_logits(
+    model: LlamaForCausalLM, hidden: torch.Tensor, trees: TreeBatch, real: torch.Tensor
+) -> torch.Tensor:
+    """[B, N, vocab] logits of every tree node; padding nodes (no hidden row) get zeros."""
+    num_req, num_nodes = trees.tokens.shape
+    if trees.all_full:  # the common case (one tree, or trees of one size): no scatter needed
+        logits = model.logits(hidden)
+    else:
+        vocab = model.config.vocab_size
+        logits = hidden.new_zeros((num_req * num_nodes, vocab), dtype=torch.float32)
+        logits[real] = model.logits(hidden)
+    return logits.view(num_req, num_nodes, -1)
 
 
 def _path_logprobs(
