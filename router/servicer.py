@@ -15,6 +15,7 @@ from router.format_cache import FormatCache
 from router.output import coalesce, within_receive_limit
 from router.request import TRACE_HEADERS, Request
 from router.scheduler import Scheduler
+from router.status_details import bad_request
 from router.strict_parse import Unparsable
 from router.validation import Limits, prompt_ids, sampling_options
 
@@ -51,10 +52,7 @@ class GenerationServicer(generation_pb2_grpc.GenerationServicer):
             req = self._build(request, _trace_context(context))
             self.scheduler.submit(req)
         except (InvalidRequest, Overloaded, DuplicateRequest, ServiceFailure) as err:
-            # Status and return, not abort(): no exception through gRPC's handler, a third less
-            # of the loop's time a refusal (a burst's excess is refused one after another).
-            context.set_code(_STATUS[type(err)])
-            context.set_details(str(err))
+            _refuse(context, err)
             return
         try:
             while True:
@@ -153,3 +151,14 @@ def _trace_context(context: grpc.aio.ServicerContext) -> dict[str, str]:
     """The caller's W3C trace context from its metadata (request_spans.py continues it)."""
     metadata = context.invocation_metadata() or ()
     return {key: value for key, value in metadata if key in TRACE_HEADERS}
+
+
+def _refuse(context: grpc.aio.ServicerContext, err: Exception) -> None:
+    """Status and return, not abort(): no exception through gRPC's handler, a third less of the
+    loop's time a refusal (a burst's excess is refused one after another). A bad field's
+    refusal also names it in the rich error model's details (router/status_details.py)."""
+    if isinstance(err, InvalidRequest) and err.field:
+        status = bad_request(str(err), err.field)
+        context.set_trailing_metadata(status.trailing_metadata)
+    context.set_code(_STATUS[type(err)])
+    context.set_details(str(err))

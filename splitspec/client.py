@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
@@ -179,7 +181,27 @@ def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
         sent = "the key in" if connection.api_key else "no key: nothing in"
         return (f"the router at {address} refused the call ({details}); it sent {sent} "
                 f"${connection.key_env} (--api-key-env names another variable)")  # fmt: skip
-    return f"{code.name}: {details}"
+    fields = bad_request_fields(err)
+    at_fault = f" (field {', '.join(fields)})" if fields else ""
+    return f"{code.name}: {details}{at_fault}"
+
+
+def bad_request_fields(err: grpc.RpcError) -> list[str]:
+    """The request fields a refusal names in gRPC's rich error model (a BadRequest in its
+    google.rpc.Status: the router sends one with INVALID_ARGUMENT), as paths in a
+    GenerateRequest (``sampling.top_p``, ``input``); empty where it names none."""
+    if not isinstance(err, grpc.Call):
+        return []
+    try:
+        status = rpc_status.from_call(err)
+    except ValueError:  # its code or message differ from the call's: not a status to trust
+        return []
+    fields: list[str] = []
+    for detail in status.details if status is not None else ():
+        bad = error_details_pb2.BadRequest()
+        if detail.Unpack(bad):
+            fields += [violation.field for violation in bad.field_violations]
+    return fields
 
 
 def print_generation(

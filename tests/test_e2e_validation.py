@@ -1,5 +1,6 @@
-"""Bad requests get INVALID_ARGUMENT with a message naming the problem, and the server keeps
-serving; a second in-flight request with the same id gets ALREADY_EXISTS."""
+"""Bad requests get INVALID_ARGUMENT with a message naming the problem (and, in gRPC's rich
+error model, a BadRequest naming the field), and the server keeps serving; a second in-flight
+request with the same id gets ALREADY_EXISTS."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from google.rpc import code_pb2, error_details_pb2
+from grpc_status import rpc_status
 
 from protos import generation_pb2 as pb
 from tests.helpers.prompts import chat_ids
@@ -129,6 +132,41 @@ def test_bad_request_is_rejected_and_server_keeps_serving(
     stream = router.generate(valid_request())
     assert stream.final.finish_reason in (pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_EOS)
     assert router.wait_idle().num_running == 0
+
+
+# (case, edit, the field path and the description its BadRequest.FieldViolation gives)
+FIELD_CASES: list[tuple[str, Edit, str, str]] = [
+    ("top_p", _sampling(top_p=_const(1.5)), "sampling.top_p", "top_p must be in (0, 1], got 1.5"),
+    (
+        "max_new_tokens",
+        _sampling(max_new_tokens=_const(0)),
+        "sampling.max_new_tokens",
+        "max_new_tokens must be at least 1",
+    ),
+    ("no input", _no_input, "input", "input is empty: set one of text, messages or input_ids"),
+    ("empty text", _text, "input", "input is empty: text gives no tokens"),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "description"), [c[1:] for c in FIELD_CASES], ids=[c[0] for c in FIELD_CASES]
+)
+def test_a_refusal_names_its_field_in_the_rich_error_model(
+    router: Router, edit: Edit, path: str, description: str
+) -> None:
+    request = valid_request()
+    edit(request, router.model_info())
+    with pytest.raises(grpc.RpcError) as err:
+        router.generate(request)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    status = rpc_status.from_call(err.value)  # also checks its code and message are the call's
+    assert status is not None, "no grpc-status-details-bin in the trailing metadata"
+    assert status.code == code_pb2.INVALID_ARGUMENT and status.message == description
+    (detail,) = status.details
+    bad = error_details_pb2.BadRequest()
+    assert detail.Unpack(bad), detail.type_url
+    (violation,) = bad.field_violations
+    assert (violation.field, violation.description) == (path, description)
 
 
 def test_duplicate_in_flight_request_id_is_already_exists(router: Router) -> None:

@@ -48,8 +48,9 @@ def test_generate_streams_a_reply_and_its_summary(stack: LocalStack) -> None:
 def test_a_refused_request_is_one_line_with_its_status(stack: LocalStack) -> None:
     done = generate(stack.router_address, "Say hello.", "--temperature", "-1")
     assert done.returncode == 1
-    assert done.stderr.strip() == (
+    assert done.stderr.strip() == (  # the field: from the status's BadRequest
         "error: INVALID_ARGUMENT: temperature must be >= 0 (0 is greedy), got -1.0"
+        " (field sampling.temperature)"
     )
 
 
