@@ -10,6 +10,7 @@ parsed by that service's own argument parser, so a renamed flag fails here, not 
 from __future__ import annotations
 
 import argparse
+import base64
 import shlex
 from pathlib import Path
 from typing import Any
@@ -289,6 +290,53 @@ def test_the_http_api_is_served_and_exposed_unless_turned_off() -> None:
         render({"router": {"httpPort": 0}, "monitoring": {"serviceMonitor": {"enabled": True}}})
 
 
+def tls_volume(objects: Objects) -> dict[str, Any]:
+    pod = objects["Deployment", name("router")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    return volume["secret"]
+
+
+def test_mutual_tls_gives_the_router_the_client_ca_only_when_asked() -> None:
+    tls = {"enabled": True, "cert": "CERT", "key": "KEY"}
+    objects = render({"tls": tls})
+    assert "--tls-client-ca" not in service_args(objects, "router")
+    assert [i["key"] for i in tls_volume(objects)["items"]] == ["tls.crt", "tls.key"]
+    objects = render({"tls": {**tls, "requireClientCert": True, "clientCa": "CA PEM"}})
+    for obj in objects.values():
+        if (obj["apiVersion"], obj["kind"]) not in CRDS:
+            kubernetes_validate.validate(obj, KUBE, strict=True)
+    parsed = service_parsers()["router"].parse_args(service_args(objects, "router"))
+    assert str(parsed.tls_client_ca) == "/etc/splitspec/tls/ca.crt"
+    data = objects["Secret", f"{RELEASE}-splitspec-tls"]["data"]
+    assert base64.b64decode(data["ca.crt"]) == b"CA PEM"
+    assert {"key": "ca.crt", "path": "ca.crt"} in tls_volume(objects)["items"]
+    assert "tcpSocket" in container(objects, "router")["readinessProbe"]  # no handshake, no cert
+    for component in ("target", "draft"):
+        assert "--tls-client-ca" not in service_args(objects, component)
+    # An existing Secret brings its own ca.crt (cert-manager's issuer CA): none is made.
+    mine = {"enabled": True, "existingSecret": "mine", "requireClientCert": True}
+    objects = render({"tls": mine})
+    assert ("Secret", f"{RELEASE}-splitspec-tls") not in objects
+    assert tls_volume(objects)["secretName"] == "mine"
+    assert {"key": "ca.crt", "path": "ca.crt"} in tls_volume(objects)["items"]
+    assert flag(service_args(objects, "router"), "--tls-client-ca") == "/etc/splitspec/tls/ca.crt"
+
+
+@pytest.mark.parametrize(
+    "tls, said",
+    [
+        ({"enabled": True, "cert": "C", "key": "K", "requireClientCert": True}, "tls.clientCa"),
+        ({"requireClientCert": True, "clientCa": "CA"}, "needs tls.enabled"),
+        ({"enabled": True, "cert": "C", "key": "K", "clientCa": "CA"}, "requireClientCert is off"),
+        ({"enabled": True, "existingSecret": "s", "requireClientCert": True, "clientCa": "CA"},
+         "unused with tls.existingSecret"),
+    ],
+)  # fmt: skip
+def test_mutual_tls_asked_for_but_not_possible_fails_the_render(tls: dict, said: str) -> None:
+    with pytest.raises(helm.HelmError, match=said):
+        render({"tls": tls})
+
+
 def test_security_values_without_material_are_refused() -> None:
     with pytest.raises(helm.HelmError, match="tls.cert"):
         render({"tls": {"enabled": True}})
@@ -301,6 +349,8 @@ def test_security_values_without_material_are_refused() -> None:
         ({"target": {"port": "grpc"}}, "/target/port"),
         ({"draft": {"method": "medusa"}}, "/draft/method"),
         ({"draft": {"replica": 3}}, "replica"),
+        ({"tls": {"requireClientCert": "yes"}}, "/tls/requireClientCert"),
+        ({"tls": {"clientCa": True}}, "/tls/clientCa"),
     ],
 )
 def test_the_values_schema_refuses_bad_values(values: dict, where: str) -> None:

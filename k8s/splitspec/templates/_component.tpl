@@ -92,7 +92,16 @@ spec:
         {{- end }}
         {{- if and (eq .component "router") $root.Values.tls.enabled }}
         - name: tls
-          secret: {secretName: {{ include "splitspec.tlsSecret" $root }}}
+          secret:
+            secretName: {{ include "splitspec.tlsSecret" $root }}
+            # Named keys: a Secret without one (an existingSecret with no ca.crt under
+            # tls.requireClientCert) stops the pod at its mount, saying which key is missing.
+            items:
+              - {key: tls.crt, path: tls.crt}
+              - {key: tls.key, path: tls.key}
+              {{- if include "splitspec.mtls" $root }}
+              - {key: ca.crt, path: ca.crt}
+              {{- end }}
         {{- end }}
         {{- if and (eq .component "router") $root.Values.apiKey.enabled }}
         - name: api-key

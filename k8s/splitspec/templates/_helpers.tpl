@@ -47,16 +47,36 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{/* Each service's flags, one shell-quoted line (read by the image's entrypoint). */}}
 {{- define "splitspec.routerArgs" -}}
 {{- $r := .Values.router -}}
+{{- $mtls := include "splitspec.mtls" . -}}
 --host 0.0.0.0 --port {{ int $r.port }} --target {{ include "splitspec.targetAddress" . }}
 {{- include "splitspec.modelArgs" . }}
 {{- if .Values.draft.enabled }} --draft-dns {{ include "splitspec.draftDnsName" . }} --draft-dns-interval {{ $r.draftDnsInterval }} --speculate {{ $r.speculate }}{{ else }} --speculate off{{ end }}
 {{- if .Values.tls.enabled }} --tls-cert /etc/splitspec/tls/tls.crt --tls-key /etc/splitspec/tls/tls.key{{ end }}
+{{- if $mtls }} --tls-client-ca /etc/splitspec/tls/ca.crt{{ end }}
 {{- if .Values.apiKey.enabled }} --api-key-file /etc/splitspec/api-key/api-key{{ end }}
 {{- if $r.httpPort }} --http-port {{ int $r.httpPort }}{{ end }}
 {{- include "splitspec.logArgs" . }}
 {{- if .Values.logging.requests }} --log-requests{{ end }}
 {{- with .Values.tracing }}{{ if .endpoint }} --otlp-traces-endpoint {{ .endpoint | quote }} --otlp-service-name {{ .serviceName | quote }}{{ end }}{{ end }}
 {{- range $r.extraArgs }} {{ . | quote }}{{ end }}
+{{- end -}}
+
+{{/*
+Mutual TLS on the router (tls.requireClientCert): "true" or empty. Values that would leave it
+off while asking for it, or set a CA that nothing reads, fail the render instead.
+*/}}
+{{- define "splitspec.mtls" -}}
+{{- $t := .Values.tls -}}
+{{- if and $t.requireClientCert (not $t.enabled) -}}
+{{- fail "tls.requireClientCert needs tls.enabled: mutual TLS is TLS first" -}}
+{{- end -}}
+{{- if and $t.clientCa (not $t.requireClientCert) -}}
+{{- fail "tls.clientCa is set but tls.requireClientCert is off: turn it on or drop the CA" -}}
+{{- end -}}
+{{- if and $t.clientCa $t.existingSecret -}}
+{{- fail "tls.clientCa is unused with tls.existingSecret: put the CA in that Secret's ca.crt key" -}}
+{{- end -}}
+{{- if $t.requireClientCert }}true{{ end -}}
 {{- end -}}
 
 {{- define "splitspec.targetArgs" -}}
