@@ -129,10 +129,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                       help="requests an arm sends (the prompt set repeats if smaller)")
     load.add_argument("--concurrency", type=POSITIVE_INT,
                       help="requests in flight at once (default 1: a wave starts together); "
-                      "with --request-rate, the most in flight (default: no limit)")
+                      "with --request-rate, the most in flight (default: no limit): an "
+                      "arrival past it waits for a slot, and its clock (TTFT, request time) "
+                      "starts when it gets one, not at its arrival (as vLLM's "
+                      "--max-concurrency)")
     load.add_argument("--request-rate", type=POSITIVE_FLOAT, metavar="PER_S",
                       help="an open loop: requests leave at Poisson arrival times, this many a "
-                      "second on average, whatever the router's pace (default: waves)")
+                      "second on average, whatever the router's pace (default: waves); under "
+                      "--concurrency a request's times count from its slot, not its arrival")
     load.add_argument("--max-new-tokens", type=int_between(1, 2**32 - 1), default=128,
                       help="most tokens a request generates")
     load.add_argument("--temperature", type=number_at_least(float, 0), default=0.0,

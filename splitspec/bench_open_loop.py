@@ -1,8 +1,11 @@
 """`splitspec bench --request-rate`: an open-loop load. Requests leave at Poisson arrival times
 whatever pace the router keeps (as a service's users arrive), at most ``--concurrency`` in
-flight when it is given. A closed loop of waves ends each wave with its slowest request, so a
-mode whose requests progress unevenly (speculation: 1 to 9 tokens a round) pays a tail that
-a steady stream of arrivals does not have.
+flight when it is given. Under that cap an arrival waits for a slot, and the request's clock
+(its TTFT, its request time, ``sent_s``) starts when it gets one, not at its arrival time, as
+vLLM's ``--max-concurrency``: no request's times include that wait. A closed loop of waves
+ends each wave with its slowest request, so a mode whose requests progress unevenly
+(speculation: 1 to 9 tokens a round) pays a tail that a steady stream of arrivals does not
+have.
 
 Both arms get the same arrival times (one seed) and run one after the other."""
 
