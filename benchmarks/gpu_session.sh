@@ -2,8 +2,9 @@
 # One device call on the H200 box (../shared/docs/GPU.md): set-up, then the named steps, logs
 # and JSON under $OUT. The box lacks some wheels and the default model, and a call carries at
 # most 64 MiB, so they come from git-ignored folders named in the call's carry list:
-#   .whl/        cp312 wheels (grpcio 1.85.1, its health/reflection, protobuf 7, gguf, starlette,
-#                uvicorn, llguidance 1.9.1), installed into /tmp/site
+#   .whl/        cp312 wheels (grpcio 1.85.3, its health/reflection/status, googleapis-common-
+#                protos, protobuf 7, gguf, starlette, uvicorn, llguidance 1.9.1), installed into
+#                /tmp/site
 #   .model/X/    parts of the 98 MB GGUF (gguf.part00..02, a call each) and prompts.json, kept
 #                in /root/model-parts while the machine stays warm; the GGUF is assembled and
 #                checked against gguf.sha256 once all three are there
