@@ -386,13 +386,15 @@ class SpeculationSwitchBucket(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., speculative_tok_s: _Optional[float] = ..., target_only_tok_s: _Optional[float] = ..., speculating: _Optional[bool] = ..., speculative_steps: _Optional[int] = ..., target_only_steps: _Optional[int] = ..., probing: _Optional[bool] = ..., num_probes: _Optional[int] = ..., num_switches: _Optional[int] = ...) -> None: ...
 
 class SpeculationSwitchStatus(_message.Message):
-    __slots__ = ("enabled", "num_switches", "buckets", "num_probes")
+    __slots__ = ("enabled", "num_switches", "buckets", "num_probes", "num_prefill_holds")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     NUM_SWITCHES_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     NUM_PROBES_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREFILL_HOLDS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     num_switches: int
     buckets: _containers.RepeatedCompositeFieldContainer[SpeculationSwitchBucket]
     num_probes: int
-    def __init__(self, enabled: _Optional[bool] = ..., num_switches: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[SpeculationSwitchBucket, _Mapping]]] = ..., num_probes: _Optional[int] = ...) -> None: ...
+    num_prefill_holds: int
+    def __init__(self, enabled: _Optional[bool] = ..., num_switches: _Optional[int] = ..., buckets: _Optional[_Iterable[_Union[SpeculationSwitchBucket, _Mapping]]] = ..., num_probes: _Optional[int] = ..., num_prefill_holds: _Optional[int] = ...) -> None: ...

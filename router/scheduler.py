@@ -134,13 +134,13 @@ class Scheduler:
 
     async def step(self) -> None:
         started = time.perf_counter()
-        speculate = self.mode.choose(self.running)
+        plan = self._schedule()
+        speculate = self.mode.choose(self.running, any(p.prefill and p.sample for p in plan))
         # Catching drafters up belongs to the step it readies: its time is the mode's cost (the
         # switch's). The step timings' clock starts after it: an Ingest moves a request's whole
         # context once, after its prefill or a target-only spell, and says nothing of a round.
         caught_up = speculate and await self._catch_up()
         clock = StepClock()
-        plan = self._schedule()
         emitted = sum(len(p.req.output_ids) for p in plan)
         # A target-only step right after a speculative one still waits for the Propose that
         # step sent ahead: the mode change's cost, like a catch-up, not target-only's rate.

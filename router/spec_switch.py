@@ -64,6 +64,14 @@ class SpeculationSwitch:
         self.enabled = enabled
         self._buckets: dict[int, Bucket] = {}
         self._last_mode = True  # the mode the last step ran: a new bucket's default start
+        self.num_prefill_holds = 0  # steps that ended a prefill, held target-only
+
+    def hold_for_prefill(self) -> bool:
+        """Whether a step that ends a prompt's prefill runs target-only: wherever the switch
+        is on (router/step_mode.py says why). Counts the steps it holds."""
+        if self.enabled:
+            self.num_prefill_holds += 1
+        return self.enabled
 
     @property
     def num_switches(self) -> int:
@@ -128,6 +136,7 @@ class SpeculationSwitch:
             num_switches=self.num_switches,
             buckets=[self._buckets[s].status(s) for s in sorted(self._buckets)],
             num_probes=sum(b.num_probes for b in self._buckets.values()),
+            num_prefill_holds=self.num_prefill_holds,
         )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from router.spec_bucket import SPEC_MIN_ROUNDS
+from tests.helpers.rpc import BackgroundStream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     ids_request,
     random_prompts,
@@ -91,3 +92,24 @@ def test_switched_off_steps_are_target_only_multi_step_forwards(
     rounds = sum(a.final.speculation.verify_steps for a in auto)
     assert 0 < rounds <= 4 * (SPEC_MIN_ROUNDS + 12), rounds
     assert forwards >= 160 / 4 / 2, forwards
+
+
+def test_a_step_that_ends_a_prompt_runs_target_only_under_the_switch(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A request arriving while another speculates gets its first token from a target-only
+    step (its prefill beside one decode step of the other), not after a speculative round: the
+    switch counts the held step. Outputs stay target-only's."""
+    first, second = random_prompts(seed=11, count=2, vocab_size=49152, max_len=40)
+    router_args = ["--adaptive-speculation"]
+    with running_stack(tmp_path, tiny_model_dir, [RANDOM_HEAD], (), router_args) as (_, router):
+        streaming = BackgroundStream(router, ids_request(first, 80, True, ignore_eos=True))
+        streaming.wait_for_tokens(8)
+        arrived = router.generate(ids_request(second, 8, True, ignore_eos=True))
+        tokens = streaming.finish()
+        holds = router.status().speculation_switch.num_prefill_holds
+        base = [router.generate(ids_request(p, n, False, ignore_eos=True))
+                for p, n in ((first, 80), (second, 8))]  # fmt: skip
+    # The step that ended the second prompt; the first's own prefill had no one decoding.
+    assert holds == 1
+    assert tokens == base[0].token_ids and arrived.token_ids == base[1].token_ids

@@ -55,6 +55,14 @@ def test_disabled_always_speculates() -> None:
     assert not switch.status().buckets
 
 
+def test_a_step_that_ends_a_prefill_is_held_only_under_the_switch() -> None:
+    """Without the switch speculation runs wherever a request allows it, prompts or not."""
+    off, on = SpeculationSwitch(enabled=False), SpeculationSwitch(enabled=True)
+    assert not off.hold_for_prefill() and off.status().num_prefill_holds == 0
+    assert on.hold_for_prefill() and on.hold_for_prefill()
+    assert on.status().num_prefill_holds == 2
+
+
 def test_a_losing_mode_is_left_after_a_few_steps_and_probed_ever_less() -> None:
     switch = SpeculationSwitch(enabled=True)
     modes = run_steps(switch, 3000, spec_tok_s=40, plain_tok_s=100)
