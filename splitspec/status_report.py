@@ -15,6 +15,7 @@ def status_lines(address: str, s: pb.ServerStatus) -> list[str]:
         f"KV slots: {s.num_free_slots:,} free of {s.num_total_slots:,}; "
         f"{s.num_cached_tokens:,} tokens in the prefix cache",
         _speculation(s.speculation),
+        *_switch(s.speculation_switch),
         *_replicas(s.draft_replicas),
     ]
     for timing, label in ((s.target_only_steps, "target-only"), (s.speculative_steps,
@@ -31,6 +32,25 @@ def _speculation(stats: pb.SpeculationStats) -> str:
     return (f"speculation: {stats.mean_acceptance_length:.2f} tokens per verify step over "
             f"{stats.verify_steps:,} steps ({stats.accepted_tokens:,} of {stats.draft_tokens:,} "
             "drafts accepted)")  # fmt: skip
+
+
+def _switch(switch: pb.SpeculationSwitchStatus) -> list[str]:
+    """The router's --adaptive-speculation: its counts, then each batch-size bucket that ran
+    steps, with the mode it holds and the two rates it compares."""
+    if not switch.enabled:
+        return ["speculation switch: off (speculation wherever a request allows it)"]
+    lines = [f"speculation switch: on ({_count(switch.num_switches, 'mode change')}, "
+             f"{_count(switch.num_probes, 'probe')}, {_count(switch.num_prefill_holds, 'step')} "
+             "held target-only as they ended a prompt's prefill)"]  # fmt: skip
+    for b in switch.buckets:
+        if b.speculative_steps or b.target_only_steps:
+            mode = "speculating" if b.speculating else "target-only"
+            lines.append(
+                f"  batch {b.batch_size}: {mode}{' (probing)' if b.probing else ''}; "
+                f"speculative {b.speculative_tok_s:,.0f} tok/s over {b.speculative_steps:,} "
+                f"steps, target-only {b.target_only_tok_s:,.0f} over {b.target_only_steps:,}"
+            )
+    return lines
 
 
 def _replicas(replicas: list[pb.DraftReplicaStatus]) -> list[str]:
@@ -51,3 +71,7 @@ def _duration(seconds: float) -> str:
     if hours:
         return f"{hours} h {minutes:02d} min"
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from router.spec_bucket import SPEC_MIN_ROUNDS
+from splitspec.status_report import status_lines
 from tests.helpers.rpc import BackgroundStream
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     ids_request,
@@ -107,9 +108,11 @@ def test_a_step_that_ends_a_prompt_runs_target_only_under_the_switch(
         streaming.wait_for_tokens(8)
         arrived = router.generate(ids_request(second, 8, True, ignore_eos=True))
         tokens = streaming.finish()
-        holds = router.status().speculation_switch.num_prefill_holds
+        status = router.status()
+        holds = status.speculation_switch.num_prefill_holds
         base = [router.generate(ids_request(p, n, False, ignore_eos=True))
                 for p, n in ((first, 80), (second, 8))]  # fmt: skip
     # The step that ended the second prompt; the first's own prefill had no one decoding.
     assert holds == 1
+    assert "1 step held target-only" in "\n".join(status_lines("router", status))
     assert tokens == base[0].token_ids and arrived.token_ids == base[1].token_ids
