@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                         "--decode-steps (multi-step decoding; default theirs: 8 on CUDA)")
     parser.add_argument("--keep-cpus-awake", choices=cpu_wake.MODES, default=None,
                         help="the targets' --keep-cpus-awake (one holder a stack; default off)")
+    parser.add_argument("--router-log-level", default=None, help="the routers' --log-level "
+                        "(debug: a line per decode step, the switch's view of it)")
     args = parser.parse_args(argv)
     if args.decode_steps is not None:
         gpu_stack.TARGET_EXTRA[:] = ["--decode-steps", str(args.decode_steps)]
@@ -215,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tree_tokens is not None:
         gpu_stack.ROUTER_EXTRA[:] = ["--max-tree-tokens", str(args.max_tree_tokens)]
         gpu_stack.TARGET_EXTRA.extend(gpu_stack.ROUTER_EXTRA)
+    if args.router_log_level:
+        gpu_stack.ROUTER_EXTRA.extend(["--log-level", args.router_log_level])
     if args.write_prompts:
         write_prompts(args.write_prompts)
         return 0

@@ -88,9 +88,12 @@ while [ $# -gt 0 ]; do
           --shapes ${ACCEPT_SHAPES:-8,8,64 10,10,128} 2>&1 | grep '^{'
       done ;;
     router_logs)
-      # Rounds the router ran without the drafter (a Propose past its deadline) per bench stack.
+      # Rounds the router ran without the drafter (a Propose past its deadline) per bench stack,
+      # and each log itself, gzipped, under $OUT/router_logs/.
+      mkdir -p "$out/router_logs"
       for log in /tmp/bench-gpu-*/router.log; do
         echo "$log: $(grep -c 'missed a' "$log") missed deadlines, $(grep -c WARN "$log") warnings"
+        gzip -c "$log" >"$out/router_logs/$(basename "$(dirname "$log")").log.gz"
       done ;;
     structured)
       # STRUCTURED_BURSTS "on off" runs each task with the router's --grammar-bursts both ways.
