@@ -5,81 +5,31 @@ rendered object is validated strictly against the Kubernetes 1.30 API schemas
 (kubernetes-validate). The ServiceMonitor is a prometheus-operator CRD, not in those schemas,
 so its fields are asserted here instead. The flags the chart renders for each service are
 parsed by that service's own argument parser, so a renamed flag fails here, not in a cluster.
+TLS, mutual TLS, the API key and the values schema's refusals: test_helm_chart_security.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import shlex
-from pathlib import Path
-from typing import Any
-
 import helm_python as helm  # dev dependencies: a missing one fails, never skips
 import kubernetes_validate
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-CHART = ROOT / "k8s" / "splitspec"
-PROFILES = {p.stem: p for p in sorted((ROOT / "k8s" / "profiles").glob("*.yaml"))}
-KUBE = "1.30.0"
-NAMESPACE = "serving"
-RELEASE = "demo"
-GRPC_SERVICES = {
-    "router": "splitspec.v1.Generation",
-    "target": "splitspec.target.v1.TargetModel",
-    "draft": "splitspec.draft.v1.DraftModel",
-}
-CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
-Objects = dict[tuple[str, str], dict[str, Any]]
-
-
-def profile(name: str) -> dict[str, Any]:
-    return yaml.safe_load(PROFILES[name].read_text())
-
-
-def render(values: dict[str, Any]) -> Objects:
-    chart = helm.Chart.load(str(CHART))
-    try:
-        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    finally:
-        chart.close()
-    objects: Objects = {}
-    for path, text in manifests.items():
-        if path.endswith("NOTES.txt"):
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                key = (doc["kind"], doc["metadata"]["name"])
-                assert key not in objects, f"{key} rendered twice"
-                objects[key] = doc
-    return objects
-
-
-def name(component: str) -> str:
-    return f"{RELEASE}-splitspec-{component}"
-
-
-def container(objects: Objects, component: str) -> dict[str, Any]:
-    (c,) = objects["Deployment", name(component)]["spec"]["template"]["spec"]["containers"]
-    return c
-
-
-def service_args(objects: Objects, component: str) -> list[str]:
-    """The flags a pod's entrypoint reads: the ConfigMap key its env names."""
-    c = container(objects, component)
-    env = {e["name"]: e["value"] for e in c["env"]}
-    path = Path(env["SPLITSPEC_ARGS_FILE"])
-    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == str(path.parent))
-    pod = objects["Deployment", name(component)]["spec"]["template"]["spec"]
-    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    data = objects["ConfigMap", volume["configMap"]["name"]]["data"]
-    return shlex.split(data[path.name])
-
-
-def flag(args: list[str], name_: str) -> str:
-    return args[args.index(name_) + 1]
+from tests.helpers.helm_chart import (
+    CHART,
+    CRDS,
+    GRPC_SERVICES,
+    KUBE,
+    NAMESPACE,
+    PROFILES,
+    Objects,
+    container,
+    flag,
+    name,
+    profile,
+    render,
+    service_args,
+    service_parsers,
+)
 
 
 @pytest.fixture(scope="module", params=sorted(PROFILES))
@@ -191,22 +141,6 @@ def test_pods_run_as_non_root_with_a_read_only_root(profile_objects) -> None:
         assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/tmp", "/var/cache/splitspec"}
 
 
-def service_parsers() -> dict[str, argparse.ArgumentParser]:
-    """Each service's whole command line, as its process parses it."""
-    from draft_service.server import add_arguments as draft_arguments
-    from model_runtime.service_main import service_parser
-    from router.server import add_arguments as router_arguments
-    from target_service.arguments import add_arguments as target_arguments
-
-    router = argparse.ArgumentParser(exit_on_error=False)
-    router_arguments(router)
-    return {
-        "router": router,
-        "target": service_parser("target", None, target_arguments),
-        "draft": service_parser("draft", None, draft_arguments),
-    }
-
-
 def test_rendered_flags_parse_in_each_service(profile_objects) -> None:
     _, objects = profile_objects
     for component, parser in service_parsers().items():
@@ -240,122 +174,6 @@ def test_without_drafts_the_router_decodes_target_only() -> None:
     assert not [k for k in objects if k[1] == name("draft")]
     args = service_args(objects, "router")
     assert "--draft-dns" not in args and flag(args, "--speculate") == "off"
-
-
-def test_tls_api_key_and_monitoring() -> None:
-    values = {
-        "tls": {"enabled": True, "cert": "CERT", "key": "KEY"},
-        "apiKey": {"enabled": True, "value": "sekrit"},
-        "monitoring": {"serviceMonitor": {"enabled": True}},
-    }
-    objects = render(values)
-    for obj in objects.values():
-        if (obj["apiVersion"], obj["kind"]) not in CRDS:
-            kubernetes_validate.validate(obj, KUBE, strict=True)
-    assert objects["Secret", f"{RELEASE}-splitspec-tls"]["type"] == "kubernetes.io/tls"
-    assert "api-key" in objects["Secret", f"{RELEASE}-splitspec-api-key"]["data"]
-    args = service_args(objects, "router")
-    assert flag(args, "--tls-cert") == "/etc/splitspec/tls/tls.crt"
-    assert flag(args, "--api-key-file") == "/etc/splitspec/api-key/api-key"
-    router = container(objects, "router")
-    assert {"/etc/splitspec/tls", "/etc/splitspec/api-key"} <= {
-        m["mountPath"] for m in router["volumeMounts"]
-    }
-    assert "tcpSocket" in router["readinessProbe"], "kubelet's gRPC probe cannot speak TLS"
-    assert "grpc" in container(objects, "target")["readinessProbe"]
-    monitor = objects["ServiceMonitor", name("router")]["spec"]
-    service = objects["Service", name("router")]
-    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    ports = {p["name"]: p for p in service["spec"]["ports"]}
-    endpoint = monitor["endpoints"][0]
-    assert endpoint["port"] == "http" and endpoint["scheme"] == "https"
-    assert ports["http"]["appProtocol"] == "https"
-    assert service_parsers()["router"].parse_args(args).http_port == ports["http"]["targetPort"]
-
-
-def test_the_http_api_is_served_and_exposed_unless_turned_off() -> None:
-    """Before, the router ran without --http-port, and a ServiceMonitor scraped a closed port."""
-    objects = render({})
-    args = service_args(objects, "router")
-    assert service_parsers()["router"].parse_args(args).http_port == 8000
-    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in container(
-        objects, "router"
-    )["ports"]
-    service_ports = objects["Service", name("router")]["spec"]["ports"]
-    assert [p["port"] for p in service_ports if p["name"] == "http"] == [8000]
-    objects = render({"router": {"httpPort": 0}})
-    assert "--http-port" not in service_args(objects, "router")
-    assert [p["name"] for p in objects["Service", name("router")]["spec"]["ports"]] == ["grpc"]
-    with pytest.raises(helm.HelmError, match="router.httpPort"):
-        render({"router": {"httpPort": 0}, "monitoring": {"serviceMonitor": {"enabled": True}}})
-
-
-def tls_volume(objects: Objects) -> dict[str, Any]:
-    pod = objects["Deployment", name("router")]["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
-    return volume["secret"]
-
-
-def test_mutual_tls_gives_the_router_the_client_ca_only_when_asked() -> None:
-    tls = {"enabled": True, "cert": "CERT", "key": "KEY"}
-    objects = render({"tls": tls})
-    assert "--tls-client-ca" not in service_args(objects, "router")
-    assert [i["key"] for i in tls_volume(objects)["items"]] == ["tls.crt", "tls.key"]
-    objects = render({"tls": {**tls, "requireClientCert": True, "clientCa": "CA PEM"}})
-    for obj in objects.values():
-        if (obj["apiVersion"], obj["kind"]) not in CRDS:
-            kubernetes_validate.validate(obj, KUBE, strict=True)
-    parsed = service_parsers()["router"].parse_args(service_args(objects, "router"))
-    assert str(parsed.tls_client_ca) == "/etc/splitspec/tls/ca.crt"
-    data = objects["Secret", f"{RELEASE}-splitspec-tls"]["data"]
-    assert base64.b64decode(data["ca.crt"]) == b"CA PEM"
-    assert {"key": "ca.crt", "path": "ca.crt"} in tls_volume(objects)["items"]
-    assert "tcpSocket" in container(objects, "router")["readinessProbe"]  # no handshake, no cert
-    for component in ("target", "draft"):
-        assert "--tls-client-ca" not in service_args(objects, component)
-    # An existing Secret brings its own ca.crt (cert-manager's issuer CA): none is made.
-    mine = {"enabled": True, "existingSecret": "mine", "requireClientCert": True}
-    objects = render({"tls": mine})
-    assert ("Secret", f"{RELEASE}-splitspec-tls") not in objects
-    assert tls_volume(objects)["secretName"] == "mine"
-    assert {"key": "ca.crt", "path": "ca.crt"} in tls_volume(objects)["items"]
-    assert flag(service_args(objects, "router"), "--tls-client-ca") == "/etc/splitspec/tls/ca.crt"
-
-
-@pytest.mark.parametrize(
-    "tls, said",
-    [
-        ({"enabled": True, "cert": "C", "key": "K", "requireClientCert": True}, "tls.clientCa"),
-        ({"requireClientCert": True, "clientCa": "CA"}, "needs tls.enabled"),
-        ({"enabled": True, "cert": "C", "key": "K", "clientCa": "CA"}, "requireClientCert is off"),
-        ({"enabled": True, "existingSecret": "s", "requireClientCert": True, "clientCa": "CA"},
-         "unused with tls.existingSecret"),
-    ],
-)  # fmt: skip
-def test_mutual_tls_asked_for_but_not_possible_fails_the_render(tls: dict, said: str) -> None:
-    with pytest.raises(helm.HelmError, match=said):
-        render({"tls": tls})
-
-
-def test_security_values_without_material_are_refused() -> None:
-    with pytest.raises(helm.HelmError, match="tls.cert"):
-        render({"tls": {"enabled": True}})
-
-
-@pytest.mark.parametrize(
-    "values, where",
-    [
-        ({"router": {"replicas": 2}}, "/router/replicas"),
-        ({"target": {"port": "grpc"}}, "/target/port"),
-        ({"draft": {"method": "medusa"}}, "/draft/method"),
-        ({"draft": {"replica": 3}}, "replica"),
-        ({"tls": {"requireClientCert": "yes"}}, "/tls/requireClientCert"),
-        ({"tls": {"clientCa": True}}, "/tls/clientCa"),
-    ],
-)
-def test_the_values_schema_refuses_bad_values(values: dict, where: str) -> None:
-    with pytest.raises(helm.HelmValuesError, match=where):
-        render(values)
 
 
 def test_the_draft_tree_is_left_to_the_service_unless_set() -> None:
