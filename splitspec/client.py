@@ -16,7 +16,8 @@ from grpc_status import rpc_status
 from plumbing.grpc_util import CHANNEL_OPTIONS
 from protos import generation_pb2 as pb
 from protos import generation_pb2_grpc
-from splitspec.connection import Connection
+from splitspec.connection import ClientCert, Connection
+from splitspec.tls_probe import asks_for_client_cert
 
 
 @dataclass
@@ -68,18 +69,31 @@ def acceptance_summary(s: pb.SpeculationStats, num_tokens: int) -> str:
 
 
 class Client:
-    def __init__(self, address: str, api_key: str | None = None, ca: bytes | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        api_key: str | None = None,
+        ca: bytes | None = None,
+        client_cert: ClientCert | None = None,
+    ) -> None:
+        """``ca`` None: plaintext (``client_cert`` needs TLS, so it is refused there)."""
         if ca is None:
+            if client_cert is not None:
+                raise ValueError("a client certificate needs TLS: pass the router's CA too")
             self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         else:
-            credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=ca,
+                private_key=client_cert.key if client_cert else None,
+                certificate_chain=client_cert.chain if client_cert else None,
+            )
             self.channel = grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
         self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self.stub = generation_pb2_grpc.GenerationStub(self.channel)
 
     @classmethod
     def connect(cls, connection: Connection) -> Client:
-        return cls(connection.address, connection.api_key, connection.ca)
+        return cls(connection.address, connection.api_key, connection.ca, connection.client_cert)
 
     def stream(
         self, request: pb.GenerateRequest, timeout_s: float = 600.0
@@ -170,6 +184,9 @@ def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
     """One line for a failed call: the status and the router's message, or what to change when
     no router answered, or not to this client."""
     code, details, address = err.code(), err.details() or "", connection.address
+    refusal = client_cert_refusal(details, connection) if code.name == "UNAVAILABLE" else ""
+    if refusal:
+        return refusal
     if code.name == "UNAVAILABLE" and "connect" in details:
         tls = "" if connection.ca is not None else "; a router serving TLS wants --tls-ca"
         return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
@@ -184,6 +201,23 @@ def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
     fields = bad_request_fields(err)
     at_fault = f" (field {', '.join(fields)})" if fields else ""
     return f"{code.name}: {details}{at_fault}"
+
+
+def client_cert_refusal(details: str, connection: Connection) -> str:
+    """One line when a router under mTLS hung up on us for want of a good client certificate
+    (none, or one its --tls-client-ca did not sign); empty when that cannot be told. gRPC says
+    only ``Socket closed`` then, so a probe of the router's handshake tells."""
+    if connection.ca is None or "Socket closed" not in details:
+        return ""
+    address = connection.address
+    if not asks_for_client_cert(address):
+        return ""
+    if connection.client_cert is None:
+        return (f"the router at {address} asked for a client certificate and got none "
+                f"({details}); pass --tls-client-cert and --tls-client-key, signed by the CA "
+                "of its --tls-client-ca")  # fmt: skip
+    return (f"the router at {address} refused our client certificate ({details}); it takes "
+            "only an unexpired one signed by the CA of its --tls-client-ca")  # fmt: skip
 
 
 def bad_request_fields(err: grpc.RpcError) -> list[str]:
