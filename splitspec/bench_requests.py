@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from protos import generation_pb2 as pb
-from splitspec.client import Client, build_request
+from splitspec.client import Client, build_request, status_line
 
 SPECULATE = {"target-only": False, "speculative": True, "server": None}
 
@@ -59,7 +59,7 @@ def send_one(client: Client, config: BenchConfig, arm: str, index: int, wave: in
             if item.finish_reason:
                 _take_final(sample, item)
     except grpc.RpcError as err:
-        sample.error = f"{err.code().name}: {err.details()}"
+        sample.error = status_line(err)
     sample.seconds = time.perf_counter() - started
     return sample
 

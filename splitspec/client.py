@@ -198,9 +198,14 @@ def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
         sent = "the key in" if connection.api_key else "no key: nothing in"
         return (f"the router at {address} refused the call ({details}); it sent {sent} "
                 f"${connection.key_env} (--api-key-env names another variable)")  # fmt: skip
+    return status_line(err)
+
+
+def status_line(err: grpc.RpcError) -> str:
+    """The call's status and the router's message, and the request fields a refusal names."""
     fields = bad_request_fields(err)
     at_fault = f" (field {', '.join(fields)})" if fields else ""
-    return f"{code.name}: {details}{at_fault}"
+    return f"{err.code().name}: {err.details() or ''}{at_fault}"
 
 
 def client_cert_refusal(details: str, connection: Connection) -> str:

@@ -70,6 +70,22 @@ def test_bench_compares_speculation_on_and_off(
     assert [line.split()[0] for line in printed.splitlines()[2:4]] == ["target-only", "speculative"]
 
 
+def test_a_refused_request_is_recorded_with_its_field(
+    eco_stack: EcoStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More new tokens than the router allows: every request fails, and its record names the
+    field the refusal named (gRPC's rich error model), not only the message."""
+    out = tmp_path / "bench.json"
+    address = eco_stack.stack.router_address
+    args = ["bench", "--address", address, "--num-prompts", "1", "--speculation", "off",
+            "--max-new-tokens", "10000000", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert cli.main(args) == 1
+    (error,) = json.loads(out.read_text())["arms"]["target-only"]["errors"]
+    assert error.startswith("INVALID_ARGUMENT: max_new_tokens"), error
+    assert error.endswith("(field sampling.max_new_tokens)"), error
+    assert "(field sampling.max_new_tokens)" in capsys.readouterr().out
+
+
 def test_open_loop_arrivals_are_poisson_and_the_same_for_every_arm() -> None:
     times = arrival_times(2000, rate=4.0, seed=7)
     assert times[0] == 0 and times == sorted(times) and times == arrival_times(2000, 4.0, 7)
