@@ -5,6 +5,9 @@ could only trust a server CA, so such a router refused it whatever the user did.
 
 from __future__ import annotations
 
+import functools
+import json
+import subprocess
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -17,6 +20,7 @@ from splitspec import cli
 from splitspec.launcher import LocalStack
 from splitspec.tls_probe import asks_for_client_cert
 from tests.helpers.certs import CertFiles, make_certs
+from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 from tests.helpers.spec_fixtures import FP64, START_TIMEOUT_S
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
@@ -97,6 +101,30 @@ def test_a_certificate_from_another_ca_is_one_line_saying_it_was_refused(
     assert lines[0].startswith(f"error: the router at {mtls_stack.router_address} refused our "
                                "client certificate"), lines  # fmt: skip
     assert "--tls-client-ca" in lines[0], lines
+
+
+@pytest.mark.skipif(NO_NODE, reason=NO_NODE_REASON)
+def test_the_node_client_presents_a_client_certificate(
+    mtls_stack: LocalStack, certs: CertFiles
+) -> None:
+    """clients/node/generate.js: with its certificate it reaches the router, without one the
+    router hangs up, and a certificate without its key is a one-line usage error."""
+    node_dir = npm_installed()
+    command = ["node", "generate.js", "--address", mtls_stack.router_address, "--tls-ca",
+               str(certs.ca), "--max-tokens", "4", "--json", "hello"]  # fmt: skip
+    cert = ["--tls-client-cert", str(certs.client_cert)]
+    run = functools.partial(subprocess.run, cwd=node_dir, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    served = run([*command, *cert, "--tls-client-key", str(certs.client_key)])
+    refused, half = run(command), run([*command, *cert])
+
+    assert served.returncode == 0, served.stderr
+    items = [json.loads(line) for line in served.stdout.splitlines()]
+    assert items[-1]["finish_reason"] == "FINISH_REASON_LENGTH"
+    assert refused.returncode == 1 and "error: 14" in refused.stderr, refused.stderr  # UNAVAIL.
+    assert half.returncode == 2 and half.stderr == (
+        "error: --tls-client-cert and --tls-client-key go together: pass both or neither\n"
+    ), half.stderr
 
 
 @pytest.mark.parametrize(

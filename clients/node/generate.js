@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 // Streams a completion from a splitspec router over gRPC, loading protos/generation.proto at
 // run time (no generated code):
-//   node generate.js [--address HOST:PORT] [--tls-ca FILE] [--max-tokens N] [--temperature T]
-//                    [--raw] [--json] PROMPT
+//   node generate.js [--address HOST:PORT] [--tls-ca FILE] [--tls-client-cert FILE
+//                    --tls-client-key FILE] [--max-tokens N] [--temperature T] [--raw] [--json]
+//                    PROMPT
 // Without --json the text is printed as it arrives and a summary goes to stderr; with --json
 // every stream item is printed as one JSON line (what the CI test reads). A router with an API
-// key gets the one in $SPLITSPEC_API_KEY; one serving TLS wants --tls-ca (its CA, PEM).
+// key gets the one in $SPLITSPEC_API_KEY; one serving TLS wants --tls-ca (its CA, PEM), and one
+// that asks for client certificates (its --tls-client-ca) --tls-client-cert and --tls-client-key
+// as well (PEM, signed by that CA).
 'use strict';
 
 const fs = require('fs');
@@ -17,13 +20,16 @@ const PROTO = path.join(__dirname, '..', '..', 'protos', 'generation.proto');
 
 function parseArgs(argv) {
   const opts = {
-    address: '127.0.0.1:50051', tlsCa: null, maxTokens: 64, temperature: 0, raw: false, json: false,
+    address: '127.0.0.1:50051', tlsCa: null, clientCert: null, clientKey: null, maxTokens: 64,
+    temperature: 0, raw: false, json: false,
   };
   const rest = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '--address') opts.address = argv[++i];
     else if (arg === '--tls-ca') opts.tlsCa = argv[++i];
+    else if (arg === '--tls-client-cert') opts.clientCert = argv[++i];
+    else if (arg === '--tls-client-key') opts.clientKey = argv[++i];
     else if (arg === '--max-tokens') opts.maxTokens = Number(argv[++i]);
     else if (arg === '--temperature') opts.temperature = Number(argv[++i]);
     else if (arg === '--raw') opts.raw = true;
@@ -31,11 +37,28 @@ function parseArgs(argv) {
     else rest.push(arg);
   }
   if (rest.length !== 1) {
-    throw new Error('usage: generate.js [--address A] [--tls-ca FILE] [--max-tokens N] '
-      + '[--temperature T] [--raw] [--json] PROMPT');
+    throw new Error('usage: generate.js [--address A] [--tls-ca FILE] [--tls-client-cert FILE '
+      + '--tls-client-key FILE] [--max-tokens N] [--temperature T] [--raw] [--json] PROMPT');
   }
+  checkClientCert(opts);
   opts.prompt = rest[0];
   return opts;
+}
+
+// A client certificate goes with its key, and only over TLS (gRPC presents it in the handshake).
+function checkClientCert(opts) {
+  if (Boolean(opts.clientCert) !== Boolean(opts.clientKey)) {
+    throw new Error('--tls-client-cert and --tls-client-key go together: pass both or neither');
+  }
+  if (opts.clientCert && !opts.tlsCa) {
+    throw new Error('--tls-client-cert needs --tls-ca: a client certificate is sent over TLS only');
+  }
+}
+
+function credentials(opts) {
+  if (!opts.tlsCa) return grpc.credentials.createInsecure();
+  const read = (file) => (file ? fs.readFileSync(file) : null);
+  return grpc.credentials.createSsl(read(opts.tlsCa), read(opts.clientKey), read(opts.clientCert));
 }
 
 function client(opts) {
@@ -43,10 +66,7 @@ function client(opts) {
     keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
   });
   const { Generation } = grpc.loadPackageDefinition(definition).splitspec.v1;
-  const credentials = opts.tlsCa
-    ? grpc.credentials.createSsl(fs.readFileSync(opts.tlsCa))
-    : grpc.credentials.createInsecure();
-  return new Generation(opts.address, credentials);
+  return new Generation(opts.address, credentials(opts));
 }
 
 function metadata() {
@@ -65,7 +85,14 @@ function request(opts) {
 }
 
 function main() {
-  const opts = parseArgs(process.argv.slice(2));
+  let opts;
+  try {
+    opts = parseArgs(process.argv.slice(2));
+  } catch (err) { // a usage error: one line, as the Python CLI's, not a stack trace
+    process.stderr.write(`error: ${err.message}\n`);
+    process.exitCode = 2;
+    return;
+  }
   const stub = client(opts);
   const deadline = new Date(Date.now() + 300 * 1000);
   const call = stub.Generate(request(opts), metadata(), { deadline });
