@@ -216,3 +216,36 @@ class SchedulerGauges(Collector):
         )  # fmt: skip
         preempted.add_metric([self.model_name], float(s.counters.num_retractions))
         yield preempted
+        yield from switch_families(s.mode.switch.status(), self.model_name)
+
+
+def switch_families(
+    switch: pb.SpeculationSwitchStatus, model_name: str
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The speculation switch (--adaptive-speculation), as GetServerStatus gives it: whether it
+    is on, its counts, and per batch-size bucket that ran steps its mode and its two rates."""
+    enabled = GaugeMetricFamily(P + "spec_switch_enabled", "1 with --adaptive-speculation.",
+                                labels=["model_name"])  # fmt: skip
+    enabled.add_metric([model_name], float(switch.enabled))
+    yield enabled
+    counts = [("spec_switch_mode_changes", "Mode changes of the switch's buckets.",
+               switch.num_switches),
+              ("spec_switch_probes", "Probes of the mode not in use.", switch.num_probes),
+              ("spec_switch_prefill_holds", "Steps held target-only as they ended a prefill.",
+               switch.num_prefill_holds)]  # fmt: skip
+    for name, doc, value in counts:
+        family = CounterMetricFamily(P + name, doc, labels=["model_name"])
+        family.add_metric([model_name], float(value))
+        yield family
+    buckets = [b for b in switch.buckets if b.speculative_steps or b.target_only_steps]
+    mode = GaugeMetricFamily(P + "spec_switch_speculating", "1 where the bucket speculates.",
+                             labels=["model_name", "batch_size"])  # fmt: skip
+    rate = GaugeMetricFamily(P + "spec_switch_tokens_per_second", "A bucket's measured rate "
+                             "of each mode.", labels=["model_name", "batch_size", "mode"])
+    for b in buckets:
+        size = str(b.batch_size)
+        mode.add_metric([model_name, size], float(b.speculating))
+        rate.add_metric([model_name, size, "speculative"], b.speculative_tok_s)
+        rate.add_metric([model_name, size, "target_only"], b.target_only_tok_s)
+    yield mode
+    yield rate
