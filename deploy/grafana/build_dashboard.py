@@ -53,6 +53,13 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         (f"sum by (position) (rate(splitspec:spec_decode_num_accepted_tokens_per_pos_total{R}))",
          "position {{position}}"),
     ]),
+    ("Speculation switch: each batch bucket's rate by mode", "short", [
+        ("splitspec:spec_switch_tokens_per_second", "batch {{batch_size}} {{mode}}"),
+    ]),
+    ("Speculation switch: buckets speculating (1), prefill holds / s", "short", [
+        ("splitspec:spec_switch_speculating", "batch {{batch_size}}"),
+        (f"rate(splitspec:spec_switch_prefill_holds_total{R})", "prefill holds"),
+    ]),
     ("Draft RPC latency", "s", quantiles("draft_rpc_latency_seconds", "method")),
     ("Draft replicas healthy / failures", "short", [
         ("splitspec:draft_replicas_healthy", "healthy"),
