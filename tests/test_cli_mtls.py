@@ -19,17 +19,12 @@ from plumbing.security import ClientTLS, ServerTLS
 from splitspec import cli
 from splitspec.launcher import LocalStack
 from splitspec.tls_probe import asks_for_client_cert
-from tests.helpers.certs import CertFiles, make_certs
+from tests.helpers.certs import CertFiles, certs_fixture  # noqa: F401 (fixture)
 from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 from tests.helpers.spec_fixtures import FP64, START_TIMEOUT_S
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from protos import generation_pb2_grpc
 from router import http_server, secure, telemetry
 from splitspec import cli
 from splitspec.launcher import LocalStack, free_ports
-from tests.helpers.certs import CertFiles, make_certs
+from tests.helpers.certs import CertFiles, certs_fixture  # noqa: F401 (fixture)
 from tests.helpers.node import NO_NODE, NO_NODE_REASON, npm_installed
 from tests.helpers.spec_fixtures import FP64, ids_request
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
@@ -40,11 +40,6 @@ from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixtu
 pytestmark = pytest.mark.timeout(300)
 API_KEY = "sk-test-" + os.urandom(12).hex()  # random: it can only be in a log if we leaked it
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -84,3 +85,9 @@ def make_certs(out: Path) -> CertFiles:
         stranger_cert=_write(out / "stranger.pem", cert=stranger),
         stranger_key=_write(out / "stranger.key", key=keys["stranger"]),
     )
+
+
+@pytest.fixture(scope="module", name="certs")
+def certs_fixture(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """A CA, a server and a client certificate of it, and a stranger's, for one test module."""
+    return make_certs(tmp_path_factory.mktemp("certs"))
