@@ -11,9 +11,10 @@ position of that update's root. When it speculates again there are two ways back
   the request is ingested whole the step after.
 * by Ingest: the whole context, streamed in chunks, replacing what the replica held: a request
   new to its replica (a prefill, a replica lost or ejected), one behind by more than
-  MAX_UPDATE_ROWS, or one whose replica refused an update. At most ``max_per_step`` a step:
-  when a replica is ejected its requests move to the others over a few steps instead of one
-  step re-ingesting all of them while the others wait.
+  MAX_UPDATE_ROWS, or one whose replica refused an update. The call runs while the request
+  decodes one target-only step (router/ingests.py). At most ``max_per_step`` a step: when a
+  replica is ejected its requests move to the others over a few steps instead of one step
+  re-ingesting all of them.
 """
 
 from __future__ import annotations
@@ -21,20 +22,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 
 from protos import draft_pb2
-from router import telemetry
 from router.draft_pool import DraftPool, DraftReplica
+from router.ingests import Ingests
 from router.request import Request
 from router.skipped_rounds import concat_rows
 from router.target_client import TargetClient
 
 log = logging.getLogger("splitspec.router")
-INGEST_TOKENS_PER_CHUNK = 1024
 # A longer miss is ingested (streamed) rather than carried in one Propose: 256 rows of the
 # default model are 288 KiB, and a Propose carries every request of its batch.
 MAX_UPDATE_ROWS = 256
@@ -51,14 +50,14 @@ class CatchUp:
         max_per_step: int,
         lose_replica: Callable[[DraftReplica, str], None],
     ) -> None:
-        self.pool = pool
         self.target = target
         self.max_per_step = max_per_step
-        self.lose_replica = lose_replica
+        self.ingests = Ingests(pool, target, lose_replica)
 
     async def run(self, reqs: list[Request]) -> None:
         """Requests whose drafter can take an update get one, up to MAX_STEP_UPDATE_ROWS rows
-        in all (the rest in later steps); up to ``max_per_step`` others are ingested whole."""
+        in all (the rest in later steps); up to ``max_per_step`` others are sent off to be
+        ingested whole (router/ingests.py)."""
         updatable: list[Request] = []
         rest: list[Request] = []
         for req in reqs:
@@ -72,7 +71,7 @@ class CatchUp:
                 break
             by_update.append(req)
         await asyncio.gather(
-            *(self._update(r) for r in by_update), *(self._ingest(r) for r in rest)
+            *(self._update(r) for r in by_update), *(self.ingests.begin(r) for r in rest)
         )
 
     @staticmethod
@@ -105,97 +104,3 @@ class CatchUp:
         # Replaces any update not yet delivered: this one covers it, from the target's pool.
         req.pending_update, req.draft_synced = update, True
         req.round += 1  # a new key: the drafter may hold the last round's update already
-
-    async def _ingest(self, req: Request) -> None:
-        replica = self._placed(req)
-        if replica is None:
-            return
-        units = req.num_computed + 1
-        # Per token, but never below a round's: a short context still costs a round trip.
-        health = replica.health
-        deadline = max(health.deadline_s("propose"), health.deadline_s("ingest", units))
-        started = time.perf_counter()
-        try:
-            with telemetry.draft_timer(replica.address, "Ingest"):
-                reply = await replica.stub.Ingest(
-                    self._ingest_chunks(req, replica), timeout=deadline
-                )
-        except grpc.aio.AioRpcError as err:
-            self._ingest_failed(req, replica, err, deadline)
-            return
-        except asyncio.CancelledError:
-            if cancelling_this_task():
-                raise
-            # gRPC's own race: a stream-unary call whose deadline passes while its request
-            # iterator writes can end as a cancelled task instead of DEADLINE_EXCEEDED (about 1
-            # in 11 such calls on loopback). Raised on, it ended the scheduler's loop and the
-            # router (CI, 2026-12-04, an abort storm). The call is over: a missed deadline.
-            req.draft_end = -1
-            self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms, ended cancelled)")
-            return
-        seconds = time.perf_counter() - started
-        replica.health.record("ingest", seconds, units)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("ingested %s: %d tokens in %.2f ms, the replica's own work %.2f ms",
-                      req.request_id, units, seconds * 1e3, reply.compute_ms)  # fmt: skip
-        req.draft_synced, req.pending_update = True, None
-        req.draft_end = req.num_computed
-
-    def _placed(self, req: Request) -> DraftReplica | None:
-        """The request's replica: its own while usable, else one the pool assigns."""
-        if req.replica is not None and not req.replica.usable:
-            self.pool.move_away(req.replica, req.request_id)
-            req.replica = None
-        if req.replica is None:
-            req.replica, req.draft_end = self.pool.assign(req.request_id), -1
-        return req.replica
-
-    def _ingest_failed(
-        self, req: Request, replica: DraftReplica, err: grpc.aio.AioRpcError, deadline: float
-    ) -> None:
-        req.draft_end = -1  # whatever the replica holds now is not known
-        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")
-        elif err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            log.error("replica %s refused the context of %s: %s", replica.address,
-                      req.request_id, err.details())  # fmt: skip
-            self.pool.unassign(replica, req.request_id)
-            req.replica = None
-        else:
-            self.lose_replica(replica, f"Ingest: {err.code().name}")
-
-    async def _ingest_chunks(
-        self, req: Request, replica: DraftReplica
-    ) -> AsyncIterator[draft_pb2.IngestChunk]:
-        """Tokens 0..L and, for EAGLE, hidden rows 0..L-1 from the target's pool, streamed so
-        that after every chunk the replica holds one more token than hidden rows."""
-        last = req.num_computed  # position of the root: its KV and hidden row do not exist yet
-        tokens = req.context_ids[: last + 1]
-        rid = req.request_id
-        if not (replica.info and replica.info.needs_hidden):
-            for s in range(0, last + 1, INGEST_TOKENS_PER_CHUNK):
-                part = tokens[s : s + INGEST_TOKENS_PER_CHUNK]
-                yield draft_pb2.IngestChunk(
-                    update=draft_pb2.ContextUpdate(request_id=rid, start_pos=s, token_ids=part)
-                )
-            return
-        async for chunk in self.target.read_hidden(rid, 0, last):
-            s = chunk.start_pos
-            rows = chunk.hidden.shape[0]
-            first = 0 if s == 0 else s + 1
-            yield draft_pb2.IngestChunk(
-                update=draft_pb2.ContextUpdate(
-                    request_id=rid,
-                    start_pos=first,
-                    token_ids=tokens[first : s + rows + 1],
-                    hidden_start_pos=s,
-                    hidden=chunk.hidden,
-                )
-            )
-
-
-def cancelling_this_task() -> bool:
-    """Whether the running task itself is being cancelled (a stop, a gather's cancel), not only
-    a call it awaited."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

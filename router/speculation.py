@@ -75,6 +75,7 @@ class Speculation:
     ) -> None:
         self.pool = pool
         self.catching_up = CatchUp(pool, target, max_catch_up_per_step, self._lose_replica)
+        self.ingests = self.catching_up.ingests  # whole-context Ingests out (router/ingests.py)
         self.target = target
         self.kv = kv
         self.default_on = default_on
@@ -100,6 +101,7 @@ class Speculation:
             not req.finished
             and not req.is_prefilling
             and not req.draft_synced
+            and not self.ingests.busy(req)
             and self.wanted(req)
             and any(r.usable for r in self.pool.replicas)
         )

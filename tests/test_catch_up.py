@@ -57,7 +57,7 @@ def run(reqs: list[Request], target: Target) -> list[str]:
     async def ingest(req: Request) -> None:
         ingested.append(req.request_id)
 
-    catching_up._ingest = ingest
+    catching_up.ingests.begin = ingest
     asyncio.run(catching_up.run(reqs))
     return ingested
 

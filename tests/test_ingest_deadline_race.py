@@ -1,4 +1,4 @@
-"""gRPC's race on a stream-unary call (router/catch_up.py's Ingest): when the deadline passes
+"""gRPC's race on a stream-unary call (router/ingests.py's Ingest): when the deadline passes
 while the request iterator writes, the awaiting coroutine sometimes gets asyncio.CancelledError
 instead of DEADLINE_EXCEEDED (about 1 in 11 on loopback). Raised on, it ended the scheduler's
 loop and the router (CI, 2026-12-04). Here a real gRPC DraftModel that consumes chunks slowly
@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from protos import draft_pb2, draft_pb2_grpc
-from router.catch_up import CatchUp
 from router.draft_pool import DraftPool
+from router.ingests import Ingests
 from router.replica_health import DeadlinePolicy, ReplicaHealth
 from router.request import Request, SamplingOptions
 
@@ -50,7 +50,7 @@ async def ingest_all(pause_s: float, rounds: int, width: int) -> list[Request]:
     await server.start()
     pool = DraftPool([f"127.0.0.1:{port}"], timeout_s=DEADLINE_S, deadline_floor_s=DEADLINE_S)
     replica = pool.replicas[0]
-    catching_up = CatchUp(pool, target=None, max_per_step=width, lose_replica=None)
+    ingests = Ingests(pool, target=None, lose_replica=None)
     done: list[Request] = []
     try:
         for r in range(rounds):
@@ -60,7 +60,7 @@ async def ingest_all(pause_s: float, rounds: int, width: int) -> list[Request]:
             reqs = [behind(f"r{r}-{i}") for i in range(width)]
             for req in reqs:
                 req.replica = replica
-            await asyncio.gather(*(catching_up._ingest(req) for req in reqs))
+            await asyncio.gather(*(ingests.run(req) for req in reqs))
             done += reqs
     finally:
         await pool.close()
@@ -87,7 +87,7 @@ def test_a_cancel_of_the_task_itself_still_cancels_it() -> None:
         replica.healthy, replica.info = True, SimpleNamespace(needs_hidden=False)
         req = behind("stopped")
         req.replica = replica
-        task = asyncio.create_task(CatchUp(pool, None, 1, None)._ingest(req))
+        task = asyncio.create_task(Ingests(pool, None, None).run(req))
         await asyncio.sleep(0.2)
         task.cancel()
         try:
