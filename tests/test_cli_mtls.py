@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -25,6 +27,7 @@ from tests.helpers.spec_fixtures import FP64, START_TIMEOUT_S
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +123,30 @@ def test_the_node_client_presents_a_client_certificate(
     assert half.returncode == 2 and half.stderr == (
         "error: --tls-client-cert and --tls-client-key go together: pass both or neither\n"
     ), half.stderr
+
+
+def test_the_shell_client_presents_a_client_certificate(
+    mtls_stack: LocalStack, certs: CertFiles
+) -> None:
+    """clients/shell/generate.sh (its reflection client; grpcurl takes the same flags): with
+    its certificate it finds the API by reflection over mTLS and streams; without one it ends
+    with one error line, and a certificate without its key is a usage error."""
+    script = ["bash", str(REPO / "clients" / "shell" / "generate.sh")]
+    env = {**os.environ, "PYTHON": sys.executable, "SPLITSPEC_NO_GRPCURL": "1"}
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120, env=env)
+    ca, cert = ["--tls-ca", str(certs.ca)], ["--tls-client-cert", str(certs.client_cert)]
+    call = [mtls_stack.router_address, "hello", "4"]
+    served = run([*script, *ca, *cert, "--tls-client-key", str(certs.client_key), *call])
+    refused, half = run([*script, *ca, *call]), run([*script, *ca, *cert, *call])
+
+    assert served.returncode == 0, served.stderr
+    services, _, reply = served.stdout.partition("\n---\n")
+    assert "splitspec.v1.Generation" in services.split() and reply.strip(), served.stdout
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.strip().startswith("error: UNAVAILABLE"), refused.stderr
+    assert refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert half.returncode == 2, half.stderr
+    assert half.stderr.startswith("--tls-client-cert and --tls-client-key go together"), half
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import json
 import os
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixtu
 pytestmark = pytest.mark.timeout(300)
 API_KEY = "sk-test-" + os.urandom(12).hex()  # random: it can only be in a log if we leaked it
 TIMEOUT_S = 60.0
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -337,3 +339,29 @@ def test_the_node_client_reaches_a_router_with_tls_and_a_key(
     items = [json.loads(line) for line in served.stdout.splitlines()]
     assert items[-1]["finish_reason"] == "FINISH_REASON_LENGTH"
     assert refused.returncode == 1 and "error: 16" in refused.stderr, refused.stderr  # UNAUTH.
+
+
+def test_the_shell_client_reaches_a_router_with_tls_and_a_key(
+    secure_stack: LocalStack, certs: CertFiles
+) -> None:
+    """clients/shell/generate.sh (its reflection client): over TLS with the key from
+    $SPLITSPEC_API_KEY (or the variable --api-key-env names) it streams; without a key the
+    router's refusal is one line, and the key is in no output."""
+    script = ["bash", str(REPO / "clients" / "shell" / "generate.sh"), "--tls-ca", str(certs.ca)]
+    call = [secure_stack.router_address, "hello", "4"]
+    base = {k: v for k, v in os.environ.items() if k != "SPLITSPEC_API_KEY"}
+    base |= {"PYTHON": sys.executable, "SPLITSPEC_NO_GRPCURL": "1"}
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120)
+    served = run([*script, *call], env={**base, "SPLITSPEC_API_KEY": API_KEY})
+    named = run([*script, "--api-key-env", "OUR_KEY", *call], env={**base, "OUR_KEY": API_KEY})
+    refused = run([*script, *call], env=base)
+
+    for result in (served, named):
+        assert result.returncode == 0, result.stderr
+        services, _, reply = result.stdout.partition("\n---\n")
+        assert "splitspec.v1.Generation" in services.split() and reply.strip(), result.stdout
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.strip().startswith("error: UNAUTHENTICATED: "), refused.stderr
+    assert "API key" in refused.stderr and refused.stderr.strip().count("\n") == 0
+    assert all(API_KEY not in r.stdout + r.stderr for r in (served, named, refused))
+
