@@ -6,6 +6,10 @@ take a context before anything was verified or decoded. On the H100 (2026-12-05)
 round after a prompt took 11.6-16.7 ms for one token, of which the Ingest 6.5-8.9 ms, against
 4.7 ms for a round and 8 tokens in 8.8 ms for a target-only step.
 
+At batch 1 on one H100 this measured no gain (docs/gpu-history.md, 2026-12-05: the target's and
+the drafter's processes time-slice the GPU, so only host work overlaps); what it removes is the
+wait of every other running request, and with a drafter on a device of its own the overlap.
+
 So only the part that needs the target's turn runs inline: the request's hidden rows, read from
 the target's pool (one ReadHidden, cheap next to the Ingest itself). The call to the drafter
 then runs as a task of its own while the step goes on, the request in it target-only (not
@@ -77,6 +81,8 @@ class Ingests:
     def _done(self, request_id: str, task: asyncio.Task) -> None:
         if self.in_flight.get(request_id) is task:  # not a later Ingest of a reused id
             del self.in_flight[request_id]
+        if not task.cancelled() and task.exception() is not None:  # settle does not raise it
+            log.error("the Ingest of %s failed: %r", request_id, task.exception())
 
     async def run(self, req: Request) -> None:
         """One Ingest, awaited to its end."""

@@ -195,8 +195,8 @@ class Scheduler:
         after the Ingests begun a step ago ended; returns whether there was any of it.
 
         The Ingest runs beside the step only where a target-only step decodes several tokens
-        (multi-step, as on a GPU), where that step is worth more than the wait. With one token
-        a step it gained nothing: on the 2-core CPU box batch-1 EAGLE ran 35.2-36.0 tok/s with
+        (multi-step, as on a GPU), so that the request's step is worth the Ingest's time and
+        the other requests do not wait for it. With one token a step it gained nothing: on the 2-core CPU box batch-1 EAGLE ran 35.2-36.0 tok/s with
         the Ingest beside a step, 33.8-36.9 waiting for it (2026-12-05), so there it is waited
         for, in this step, as before."""
         waited = await self.spec.ingests.settle_all()
