@@ -196,9 +196,10 @@ class Scheduler:
 
         The Ingest runs beside the step only where a target-only step decodes several tokens
         (multi-step, as on a GPU), so that the request's step is worth the Ingest's time and
-        the other requests do not wait for it. With one token a step it gained nothing: on the 2-core CPU box batch-1 EAGLE ran 35.2-36.0 tok/s with
-        the Ingest beside a step, 33.8-36.9 waiting for it (2026-12-05), so there it is waited
-        for, in this step, as before."""
+        the other requests do not wait for it. With one token a step it gained nothing: on
+        the 2-core CPU box batch-1 EAGLE ran 35.2-36.0 tok/s with the Ingest beside a step,
+        33.8-36.9 waiting for it (2026-12-05), so there it is waited for, in this step, as
+        before."""
         waited = await self.spec.ingests.settle_all()
         behind = [r for r in self.running if self.spec.needs_sync(r)]
         if behind:
