@@ -52,7 +52,10 @@ def prefilled(rid: str) -> Request:
 Scenario = Callable[[Ingests, GatedDraft, Target, DraftPool], Awaitable[None]]
 
 
-def run(scenario: Scenario, target: Target | None = None) -> None:
+def run(scenario: Scenario, target: Target | None = None, lost: list | None = None) -> None:
+    """``scenario`` against a gated drafter; replicas reported lost go to ``lost``."""
+    lost = [] if lost is None else lost
+
     async def main() -> None:
         server, draft = grpc.aio.server(), GatedDraft()
         draft_pb2_grpc.add_DraftModelServicer_to_server(draft, server)
@@ -63,7 +66,8 @@ def run(scenario: Scenario, target: Target | None = None) -> None:
         replica.healthy, replica.info = True, SimpleNamespace(needs_hidden=True)
         the_target = target or Target()
         try:
-            await scenario(Ingests(pool, the_target, lose_replica=None), draft, the_target, pool)
+            ingests = Ingests(pool, the_target, lambda r, why: lost.append((r, why)))
+            await scenario(ingests, draft, the_target, (pool, server))
         finally:
             draft.gate.set()
             await pool.close()
@@ -98,7 +102,8 @@ def test_begin_returns_while_the_drafter_holds_the_call() -> None:
 
 
 def test_tokens_committed_meanwhile_come_as_an_update() -> None:
-    async def scenario(ingests: Ingests, draft: GatedDraft, target: Target, pool) -> None:
+    async def scenario(ingests: Ingests, draft: GatedDraft, target: Target, pool_server) -> None:
+        pool = pool_server[0]
         req = prefilled("a")
         await ingests.begin(req)
         req.output_ids.append(8)  # a target-only step while the call is out
@@ -163,3 +168,20 @@ def test_unread_rows_send_nothing_and_leave_it_for_a_later_step() -> None:
         assert not req.draft_synced and req.draft_end == -1
 
     run(scenario, FailingTarget())
+
+
+def test_a_replica_lost_while_its_ingest_is_out_leaves_the_request_target_only() -> None:
+    lost: list = []
+
+    async def scenario(ingests: Ingests, draft: GatedDraft, target: Target, pool_server) -> None:
+        pool, server = pool_server
+        req = prefilled("a")
+        await ingests.begin(req)
+        await until(lambda: draft.calls == 1)
+        await server.stop(None)  # the replica's process goes away mid-call
+        await ingests.settle([req])
+        assert not ingests.busy(req) and not req.draft_synced and req.draft_end == -1
+        assert [r for r, _ in lost] == [pool.replicas[0]], lost
+
+    run(scenario, lost=lost)
+
