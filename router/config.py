@@ -19,6 +19,7 @@ class RouterConfig:
     max_new_tokens_limit: int = 4096
     reserve_block: int = 16  # slots reserved ahead per allocation, amortising allocator calls
     rpc_timeout_s: float = 120.0  # deadline of every call to a model service
+    target_claim_lease_s: float = 5.0  # the target stays ours this long after our last call
     draft_addresses: tuple[str, ...] = ()  # draft replicas; none: target-only
     draft_dns: tuple[str, ...] = ()  # host:port names re-resolved for draft replicas
     draft_dns_interval_s: float = 5.0  # how often each name is looked up again

@@ -162,7 +162,9 @@ async def claimed_target(
     requests an earlier router left."""
     await wait_for_target(config.target_address, config.connect_timeout_s, tls)
     name = f"{socket.gethostname()} pid {os.getpid()} port {config.port}"
-    target = TargetClient(config.target_address, config.rpc_timeout_s, tls, name)
+    target = TargetClient(
+        config.target_address, config.rpc_timeout_s, tls, name, config.target_claim_lease_s
+    )
     await claim_target(target, config.connect_timeout_s)
     info = await target.info()
     await target.release_orphans("the router is starting")

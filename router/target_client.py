@@ -18,16 +18,24 @@ log = logging.getLogger("splitspec.router")
 
 
 # How long the target keeps this router's claim after its last call (target_service/ownership.py):
-# the wait of a router started after one that died. The watch renews it every 0.25 s.
+# the wait of a router started after one that died (--target-claim-lease). The watch renews it
+# every 0.25 s, so a lease of a second still outlasts a few slow renewals.
 CLAIM_LEASE_S = 5.0
+MIN_CLAIM_LEASE_S = 1.0
 
 
 class TargetClient:
     def __init__(
-        self, address: str, timeout_s: float, tls: ClientTLS | None = None, name: str = ""
+        self,
+        address: str,
+        timeout_s: float,
+        tls: ClientTLS | None = None,
+        name: str = "",
+        claim_lease_s: float = CLAIM_LEASE_S,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.claim_lease_s = claim_lease_s
         self.channel = aio_channel(address, tls, [*CHANNEL_OPTIONS, *RECONNECT_OPTIONS])
         self.stub = target_pb2_grpc.TargetModelStub(self.channel)
         # Every call names this router: the target takes one router's calls at a time.
@@ -101,7 +109,7 @@ class TargetClient:
         """Makes this router the target's, or renews its claim; FAILED_PRECONDITION while
         another router's claim is live (its details name that router)."""
         request = target_pb2.ClaimRequest(
-            router_id=self.router_id, router_name=self.name, lease_s=CLAIM_LEASE_S
+            router_id=self.router_id, router_name=self.name, lease_s=self.claim_lease_s
         )
         await self.stub.Claim(request, timeout=min(self.timeout_s, 2.0))
 
@@ -113,7 +121,7 @@ class TargetClient:
             await self.stub.Claim(request, timeout=2.0)
         except grpc.aio.AioRpcError as err:
             log.warning("could not hand the target over (%s): it is free in %.0f s",
-                        err.code().name, CLAIM_LEASE_S)  # fmt: skip
+                        err.code().name, self.claim_lease_s)  # fmt: skip
 
     async def close(self) -> None:
         self._forward.close()

@@ -78,7 +78,8 @@ class TargetWatch:
     async def _taken(self) -> str:
         """Renews this router's claim on the target (target_service/ownership.py): '' when it
         holds, else why not. Another router drives the target once this one's claim lapsed (it
-        hung for the claim's lease, 5 s); this one then serves nothing until it is free again."""
+        hung for the claim's lease, --target-claim-lease); this one then serves nothing until it is
+        free again."""
         try:
             await self.target.claim()
         except grpc.aio.AioRpcError as err:

@@ -64,6 +64,8 @@ def parse(command: str, *argv: str) -> argparse.Namespace:
         ("router", "--target-wait-s", "nan", "not a number: 'nan'"),
         ("router", "--decode-steps", "-1", "must be >= 0, got -1"),
         ("router", "--port", "65536", "a port is 0-65535, got 65536"),
+        ("router", "--target-claim-lease", "0.5", "must be at least 1 s (the claim is renewed"),
+        ("router", "--target-claim-lease", "soon", "not a number: 'soon'"),
         ("target", "--num-slots", "0", "must be >= 1, got 0"),
         ("target", "--max-context", "-8", "must be >= 1, got -8"),
         ("target", "--threads", "-1", "must be >= 0, got -1"),
@@ -96,9 +98,11 @@ def test_a_value_out_of_range_is_a_usage_error_naming_the_flag(
 
 def test_router_values_in_range_parse_to_numbers() -> None:
     args = parse("router", "--max-running", "1", "--rpc-timeout", "0.5", "--decode-steps", "0",
-                 "--port", "0", "--max-speculative-batch", "0")  # fmt: skip
+                 "--port", "0", "--max-speculative-batch", "0",
+                 "--target-claim-lease", "1")  # fmt: skip
     assert (args.max_running, args.rpc_timeout, args.decode_steps, args.port) == (1, 0.5, 0, 0)
-    assert args.max_speculative_batch == 0
+    assert args.max_speculative_batch == 0 and args.target_claim_lease == 1.0
+    assert parse("router").target_claim_lease == 5.0  # the default
 
 
 def test_serve_values_in_range_parse_to_numbers() -> None:

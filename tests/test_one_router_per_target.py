@@ -6,7 +6,8 @@ router at once, all six outputs were wrong and nothing reported an error. The se
 start had also released the first router's request in flight, which then failed NOT_FOUND. Now
 a router claims the target before it serves and names itself on every call
 (target_service/ownership.py). A second router waits, naming the first, until the first's claim
-lapses (5 s after its last call) or is given up (the first stops).
+lapses (--target-claim-lease after its last call, 5 s by default; LEASE_S here) or is given up
+(the first stops).
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
 pytestmark = pytest.mark.timeout(240)
 PROMPT = list(range(1, 40))
 WAITING = "to be free: this target is driven by another router"
+LEASE_S = 1.5  # the first router's --target-claim-lease: a hung one hands over sooner than 5 s
 
 
 def test_a_second_router_waits_and_a_hung_one_hands_over(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    with running_stack(tmp_path, tiny_model_dir) as (stack, first):
+    lease = ["--target-claim-lease", str(LEASE_S)]
+    with running_stack(tmp_path, tiny_model_dir, router_args=lease) as (stack, first):
         expected = first.generate(ids_request(PROMPT, 16, False, ignore_eos=True)).token_ids
         second = second_router(stack.target_address, tiny_model_dir, tmp_path / "second.log")
         first_pid = stack.router.started.pid
@@ -50,10 +53,11 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
             meanwhile = first.generate(ids_request(PROMPT, 16, False, ignore_eos=True))
             assert meanwhile.token_ids == expected, "the first router's output changed"
             assert second.started.poll() is None
-            os.kill(first_pid, signal.SIGSTOP)  # hung: its claim lapses 5 s after its last call
+            os.kill(first_pid, signal.SIGSTOP)  # hung: its claim lapses LEASE_S after its last call
             hung_at = time.monotonic()
             second.wait_healthy(60)
-            print(f"the second router served {time.monotonic() - hung_at:.1f} s after the hang")
+            handover_s = time.monotonic() - hung_at
+            print(f"the second router served {handover_s:.1f} s after the hang")
             other = Router(second.address)
             again = other.generate(ids_request(PROMPT, 16, False, ignore_eos=True))
             other.close()
@@ -69,6 +73,8 @@ def test_a_second_router_waits_and_a_hung_one_hands_over(
             second.stop()
 
     assert again.token_ids == expected
+    # From the first router's last renewal (at most 0.25 s before the stop): the lease, not 5 s.
+    assert LEASE_S - 0.3 <= handover_s < 4.5, handover_s
     assert refused.code() == grpc.StatusCode.UNAVAILABLE
     assert "driven by another router" in (refused.details() or ""), refused.details()
     assert "driven by another router" in reason, reason  # GetServerStatus says why too
