@@ -16,7 +16,8 @@
 # draft_profile (the kernels of an 8,8,64 round),
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), structured (benchmarks/bench_structured.py in bf16, each
-# task in STRUCTURED_TASKS), bench PHASE... (benchmarks/bench_gpu.py phases; last).
+# task in STRUCTURED_TASKS), open_loop (Poisson arrivals through `splitspec serve`),
+# bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
 # (GPU_TESTS, BENCH_ARGS, BENCH_NAME and BENCH_TIMEOUT in the environment adjust the tests and
 # the bench.)
@@ -104,6 +105,19 @@ while [ $# -gt 0 ]; do
             --out "$out/structured_${task}_bursts_$bursts.json" 2>&1 | tail -4
         done
       done ;;
+    open_loop)
+      # `splitspec serve` on CUDA, EAGLE on for every request (no switch), under Poisson
+      # arrivals (`splitspec bench --request-rate`): what a new request's Ingest costs the
+      # requests already decoding. OPEN_LOOP_ARGS replace the bench's load flags.
+      python3 -m splitspec.cli serve --device cuda --dtype bfloat16 --draft-method eagle \
+        --no-adaptive-speculation --keep-cpus-awake spin --port 50400 >"$out/open_loop_serve.log" 2>&1 &
+      serving=$!
+      for _ in $(seq 300); do grep -q '^serving' "$out/open_loop_serve.log" && break; sleep 1; done
+      # shellcheck disable=SC2086
+      timeout 300 python3 -m splitspec.cli bench --address 127.0.0.1:50400 --no-progress \
+        ${OPEN_LOOP_ARGS:---prompts sharegpt --num-prompts 80 --request-rate 20 --max-new-tokens 128 --speculation on} \
+        --out "$out/${BENCH_NAME:-open_loop}.json" 2>&1 | tail -4
+      kill -INT $serving; wait $serving ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
         --prompts /root/model-parts/prompts.json --out-dir "$out/profile" 2>&1 | tail -25 ;;
