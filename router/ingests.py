@@ -6,9 +6,10 @@ take a context before anything was verified or decoded. On the H100 (2026-12-05)
 round after a prompt took 11.6-16.7 ms for one token, of which the Ingest 6.5-8.9 ms, against
 4.7 ms for a round and 8 tokens in 8.8 ms for a target-only step.
 
-At batch 1 on one H100 this measured no gain (docs/gpu-history.md, 2026-12-05: the target's and
-the drafter's processes time-slice the GPU, so only host work overlaps); what it removes is the
-wait of every other running request, and with a drafter on a device of its own the overlap.
+What it removes is the wait of every other running request: on an H100 under Poisson arrivals
+of 20 and 60 requests a second, requests ended 3-4% sooner (docs/gpu-history.md, 2026-12-05).
+At batch 1 it measured no gain: the target's and the drafter's processes time-slice one GPU,
+so only host work overlaps (a drafter on a device of its own would overlap the whole call).
 
 So only the part that needs the target's turn runs inline: the request's hidden rows, read from
 the target's pool (one ReadHidden, cheap next to the Ingest itself). The call to the drafter
