@@ -6,11 +6,6 @@ take a context before anything was verified or decoded. On the H100 (2026-12-05)
 round after a prompt took 11.6-16.7 ms for one token, of which the Ingest 6.5-8.9 ms, against
 4.7 ms for a round and 8 tokens in 8.8 ms for a target-only step.
 
-What it removes is the wait of every other running request: on an H100 under Poisson arrivals
-of 20 and 60 requests a second, requests ended 3-4% sooner (docs/gpu-history.md, 2026-12-05).
-At batch 1 it measured no gain: the target's and the drafter's processes time-slice one GPU,
-so only host work overlaps (a drafter on a device of its own would overlap the whole call).
-
 So only the part that needs the target's turn runs inline: the request's hidden rows, read from
 the target's pool (one ReadHidden, cheap next to the Ingest itself). The call to the drafter
 then runs as a task of its own while the step goes on, the request in it target-only (not
@@ -20,6 +15,11 @@ drafter up with that one step's tokens by update (router/catch_up.py) and drafts
 steps every time, whatever the two calls' timing. The scheduler does this only where a
 target-only step decodes several tokens (router/scheduler.py ``_catch_up``); with one token a
 step it waits for the Ingest in the step that began it, as before.
+
+What it removes is the wait of every other running request: on an H100 under Poisson arrivals
+of 20 and 60 requests a second, requests ended 3-4% sooner (docs/gpu-history.md, 2026-12-05).
+At batch 1 it measured no gain: the target's and the drafter's processes time-slice one GPU,
+so only host work overlaps (a drafter on a device of its own would overlap the whole call).
 
 A request that ends while its Ingest is out waits for it (``settle``) before its releases go,
 so that a drafter never takes a context after its Release.
