@@ -9,10 +9,9 @@ from plumbing import cpu_wake
 from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, port
 from plumbing.logs import add_log_flags
 from router import admission, request_log, secure, tracing
-from router.config import RouterConfig
+from router.config import CLAIM_LEASE_S, MIN_CLAIM_LEASE_S, RouterConfig
 from router.discovery import split_host_port
 from router.http_server import add_http_arguments
-from router.target_client import CLAIM_LEASE_S, MIN_CLAIM_LEASE_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

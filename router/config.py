@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# How long the target keeps a router's claim after its last call (target_service/ownership.py):
+# the wait of a router started after one that died (--target-claim-lease). The router's watch
+# renews it every 0.25 s, so a lease of a second still outlasts a few slow renewals.
+CLAIM_LEASE_S = 5.0
+MIN_CLAIM_LEASE_S = 1.0
+
 
 @dataclass(frozen=True)
 class RouterConfig:
@@ -19,7 +25,7 @@ class RouterConfig:
     max_new_tokens_limit: int = 4096
     reserve_block: int = 16  # slots reserved ahead per allocation, amortising allocator calls
     rpc_timeout_s: float = 120.0  # deadline of every call to a model service
-    target_claim_lease_s: float = 5.0  # the target stays ours this long after our last call
+    target_claim_lease_s: float = CLAIM_LEASE_S  # the target is ours this long after our last call
     draft_addresses: tuple[str, ...] = ()  # draft replicas; none: target-only
     draft_dns: tuple[str, ...] = ()  # host:port names re-resolved for draft replicas
     draft_dns_interval_s: float = 5.0  # how often each name is looked up again

@@ -85,12 +85,6 @@ class Ingests:
         if not task.cancelled() and task.exception() is not None:  # settle does not raise it
             log.error("the Ingest of %s failed: %r", request_id, task.exception())
 
-    async def run(self, req: Request) -> None:
-        """One Ingest, awaited to its end."""
-        task = await self.begin(req)
-        if task is not None:
-            await task
-
     async def settle_all(self) -> bool:
         """Waits for every Ingest still out; returns whether any was."""
         tasks = list(self.in_flight.values())

@@ -13,15 +13,9 @@ from plumbing.grpc_util import CHANNEL_OPTIONS, RECONNECT_OPTIONS, ROUTER_ID_KEY
 from plumbing.rpc_stream import StreamedUnary
 from plumbing.security import ClientTLS, aio_channel
 from protos import target_pb2, target_pb2_grpc
+from router.config import CLAIM_LEASE_S
 
 log = logging.getLogger("splitspec.router")
-
-
-# How long the target keeps this router's claim after its last call (target_service/ownership.py):
-# the wait of a router started after one that died (--target-claim-lease). The watch renews it
-# every 0.25 s, so a lease of a second still outlasts a few slow renewals.
-CLAIM_LEASE_S = 5.0
-MIN_CLAIM_LEASE_S = 1.0
 
 
 class TargetClient:

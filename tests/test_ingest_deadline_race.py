@@ -35,6 +35,13 @@ class SlowDraft(draft_pb2_grpc.DraftModelServicer):
         return draft_pb2.IngestResponse(num_tokens=1)
 
 
+async def ingested(ingests: Ingests, req: Request) -> None:
+    """One Ingest, begun and awaited to its end."""
+    task = await ingests.begin(req)
+    if task is not None:
+        await task
+
+
 def behind(rid: str) -> Request:
     """A request of 3,000 tokens (three Ingest chunks) its replica does not hold yet."""
     req = Request(rid, list(range(3000)), SamplingOptions(max_new_tokens=8))
@@ -60,7 +67,7 @@ async def ingest_all(pause_s: float, rounds: int, width: int) -> list[Request]:
             reqs = [behind(f"r{r}-{i}") for i in range(width)]
             for req in reqs:
                 req.replica = replica
-            await asyncio.gather(*(ingests.run(req) for req in reqs))
+            await asyncio.gather(*(ingested(ingests, req) for req in reqs))
             done += reqs
     finally:
         await pool.close()
@@ -87,7 +94,7 @@ def test_a_cancel_of_the_task_itself_still_cancels_it() -> None:
         replica.healthy, replica.info = True, SimpleNamespace(needs_hidden=False)
         req = behind("stopped")
         req.replica = replica
-        task = asyncio.create_task(Ingests(pool, None, None).run(req))
+        task = asyncio.create_task(ingested(Ingests(pool, None, None), req))
         await asyncio.sleep(0.2)
         task.cancel()
         try:
