@@ -9,7 +9,8 @@ none fails and none changes. The checks run inside the compose network (tests/co
 the `tester` service); this driver scales, kills and reads their JSON.
 
 Runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1, as root with podman installed
-(.ci/run installs it); there a missing podman fails the test instead of skipping it.
+(.ci/run installs it); there a missing podman fails the test instead of skipping it, unless
+.ci/run found too little disk for the images (SPLITSPEC_CONTAINER_SKIP, its figures).
 In CI the images build and the stack starts in the background while other tests run
 (tests/helpers/compose_stack.py); the first test waits for them. SPLITSPEC_REUSE_IMAGES=1
 skips the build when the images exist (local iteration only).
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.compose_stack import (
+    DISK_SKIP_REASON,
     EARLY,
     ENABLED,
     IMAGES,
@@ -38,7 +40,8 @@ from tests.helpers.compose_stack import (
 
 if not ENABLED:
     pytest.skip(
-        "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
+        DISK_SKIP_REASON
+        or "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
         allow_module_level=True,
     )
 pytestmark = pytest.mark.timeout(1200)  # the first test also waits for the images
