@@ -39,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     try:
         _print_endpoints(stack, args)
-        if args.demo and not _demo(stack.router_address, args):
+        if args.demo and not _demo(stack, args):
             return 1
         if args.exit_after_demo:
             return 0
@@ -55,24 +55,10 @@ def _serve(args: argparse.Namespace) -> int:
         stack.stop()
 
 
-def _demo(address: str, args: argparse.Namespace) -> bool:
-    """Streams the demo's generation; a refused request (a prompt past --max-context, say) is
-    one line on stderr, and the stack stops."""
-    import grpc
+def _demo(stack: LocalStack, args: argparse.Namespace) -> bool:
+    from splitspec.demo import run_demo  # gRPC and the client: only for a demo
 
-    from splitspec.client import build_request, describe_rpc_error, print_generation
-    from splitspec.connection import Connection
-
-    print(f"\ndemo: {args.demo_prompt!r}\n", flush=True)
-    request = build_request(args.demo_prompt, True, args.demo_tokens, 0.0)
-    router = Connection(address)
-    try:
-        print_generation(router, request)
-    except grpc.RpcError as err:
-        print(f"\nerror: the demo's request failed: {describe_rpc_error(err, router)}",
-              file=sys.stderr)  # fmt: skip
-        return False
-    return True
+    return run_demo(stack.router_address, args, compare=bool(stack.drafts))
 
 
 def _local_stack(args: argparse.Namespace) -> LocalStack:

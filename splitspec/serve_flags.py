@@ -127,7 +127,12 @@ def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_demo_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--demo", action="store_true", help="stream one generation once healthy")
+    group.add_argument(
+        "--demo",
+        action="store_true",
+        help="stream one generation once healthy, then (with a drafter) run it target-only: "
+        "the speed ratio, and whether the tokens are the same",
+    )
     group.add_argument("--demo-prompt", default=DEMO_PROMPT, help="the demo's chat message")
     group.add_argument(
         "--demo-tokens", type=arg_types.POSITIVE_INT, default=96, help="the demo's max new tokens"

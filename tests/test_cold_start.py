@@ -131,10 +131,16 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     if KERNEL_BUILDS:
         assert "kernel: building the few-row linear kernel" in out
     lines = out.split("demo: ", 1)[1].splitlines()
-    generated = "\n".join(lines[1:-1]).strip()
-    stats = lines[-1]
+    summary = next(i for i, line in enumerate(lines) if re.match(r"\d+ tokens in ", line))
+    generated = "\n".join(lines[1:summary]).strip()
+    stats = lines[summary]
     assert generated, out  # the demo streamed text
     assert "24 tokens" in stats and "tok/s" in stats and "acceptance" in stats, stats
+    # Then the same request target-only: its speed beside it, and the same tokens (greedy).
+    target_only, verdict = lines[summary + 1 :]
+    assert target_only.startswith("target-only, the same request"), out
+    assert "24 tokens in" in target_only and "acceptance" not in target_only, target_only
+    assert re.fullmatch(r"speculation: [\d.]+x target-only's tok/s; the same 24 tokens", verdict)
     # What a user sees (once test_e2e_serve_demo.py, the same command on a warm cache): the
     # EAGLE draft by default, speed and acceptance figures, and no service outliving it.
     assert "draft  (internal, splitspec.draft.v1.DraftModel, eagle)" in out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from splitspec import cli, serve_cli
+from splitspec import cli, demo
 from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.spec_fixtures import start_stack, tiny_model_dir_fixture  # noqa: F401
 
@@ -137,7 +137,7 @@ def test_a_refused_demo_request_is_one_line(
     """`splitspec serve --demo` with a prompt the router refuses (longer than the context): one
     line with the status, no traceback, and serve stops its stack (exit 1)."""
     args = argparse.Namespace(demo_prompt="sky " * 20000, demo_tokens=8)
-    assert not serve_cli._demo(stack.router_address, args)
+    assert not demo.run_demo(stack.router_address, args, compare=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: the demo's request failed: INVALID_ARGUMENT: prompt has ")
