@@ -21,9 +21,25 @@ def status_lines(address: str, s: pb.ServerStatus) -> list[str]:
     for timing, label in ((s.target_only_steps, "target-only"), (s.speculative_steps,
                                                                   "speculative")):  # fmt: skip
         if timing.steps:
-            lines.append(f"{label} decode steps: {timing.steps:,}, {timing.step_ms:.2f} ms each "
-                         f"(target call {timing.target_call_ms:.2f} ms)")  # fmt: skip
+            lines.append(_step_timing(label, timing))
     return lines
+
+
+def _step_timing(label: str, t: pb.StepTiming) -> str:
+    """Where a step's time goes: the target's call, the wait for the drafter (what was left of
+    a Propose sent during the step before), the router's own share (scheduling, commit,
+    streaming) and, where the services report it, their device time."""
+    line = (f"{label} decode steps: {t.steps:,}, {t.step_ms:.2f} ms each: target call "
+            f"{t.target_call_ms:.2f} ms (its work {t.target_compute_ms:.2f})")  # fmt: skip
+    if t.draft_call_ms or t.draft_compute_ms:
+        line += (f", wait for the drafter {t.draft_call_ms:.2f} ms (its work "
+                 f"{t.draft_compute_ms:.2f})")  # fmt: skip
+    router_ms = max(t.step_ms - t.target_call_ms - t.draft_call_ms, 0.0)
+    line += f", router {router_ms:.2f} ms ({router_ms / t.step_ms:.0%})"
+    device_ms = t.target_device_ms + t.draft_device_ms
+    if device_ms:
+        line += f"; device time {device_ms:.2f} ms ({device_ms / t.step_ms:.0%})"
+    return line
 
 
 def _speculation(stats: pb.SpeculationStats) -> str:
