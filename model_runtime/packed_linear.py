@@ -5,9 +5,11 @@ for little arithmetic, and torch's kernel (MKL sgemm) re-packs the weight on eve
 2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode step. Packing each
 weight once at load time cuts that; the project's own kernel (kernels/few_row_linear.cpp,
 AVX-512) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed sgemm
-stands in where that kernel cannot be built. The figures: README, "On a small CPU". One-row decode
-steps are GEMVs that packing does not help, and long prefills run faster unpacked, so both keep
-torch's own kernel; their numerics do not change.
+stands in where that kernel cannot be built. The figures: README, "On a small CPU". Decode steps
+of 1 to 3 rows take the kernel too: on a 2-core Xeon a decode step cost the same either way, and
+on a 2-core AMD EPYC, where torch's one-row GEMV ran 1.3-2.7x slower than the kernel (the LM
+head 10.5 ms against 3.9), target-only decoding went from 17.0 to 30.8 tok/s through the stack
+(docs/cpu.md). Long prefills run faster unpacked and keep torch's own kernel.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from torch import nn
 from kernels import few_row_linear
 from model_runtime import invariant
 
-# Row counts that take the packed weight: measured faster than torch's kernel on the default
-# model's shapes (2-core Xeon, torch 2.13 CPU wheel); outside it the packed path was slower.
-PACKED_MIN_ROWS = 4
+# The fewest rows that take the packed weight, by packer: with MKL's packed sgemm 1 to 3 rows
+# measured slower than torch's kernel on the default model's shapes (2-core Xeon, torch 2.13
+# CPU wheel); with the few-row kernel as fast or faster (the module's docstring).
+MKL_MIN_ROWS = 4
+KERNEL_MIN_ROWS = 1
 PACKED_MAX_ROWS = few_row_linear.MAX_ROWS  # the most rows the kernel takes
 PACK_HINT_ROWS = 16  # MKL's packing takes the expected row count as a layout hint
 
@@ -35,13 +39,14 @@ class Linear(nn.Linear):
 
     packed: torch.Tensor | None = None
     few_row: FewRowFn | None = None
+    min_rows: int = MKL_MIN_ROWS  # the fewest rows that take few_row (KERNEL_MIN_ROWS on it)
     all_rows: bool = False  # every row count through few_row, 16 rows at a time (--exact)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.few_row is not None and x.dim() == 2:
             if self.all_rows:
                 return self._in_row_blocks(x)
-            if PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
+            if self.min_rows <= x.shape[0] <= PACKED_MAX_ROWS:
                 # packed is set whenever few_row is (prepack_linears sets both)
                 out = self.few_row(x, self.packed)  # type: ignore[arg-type]
                 return out if self.bias is None else out + self.bias
@@ -92,7 +97,7 @@ def prepack_linears(
             weight = module.weight.detach()
             if kernel is not None and few_row_linear.supports(weight):
                 module.packed, module.few_row = kernel.pack(weight), kernel.linear
-                module.all_rows = exact
+                module.min_rows, module.all_rows = KERNEL_MIN_ROWS, exact
                 on_kernel += 1
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
