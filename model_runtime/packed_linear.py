@@ -5,11 +5,12 @@ for little arithmetic, and torch's kernel (MKL sgemm) re-packs the weight on eve
 2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode step. Packing each
 weight once at load time cuts that; the project's own kernel (kernels/few_row_linear.cpp,
 AVX-512) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed sgemm
-stands in where that kernel cannot be built. The figures: README, "On a small CPU". Decode steps
-of 1 to 3 rows take the kernel too: on a 2-core Xeon a decode step cost the same either way, and
-on a 2-core AMD EPYC, where torch's one-row GEMV ran 1.3-2.7x slower than the kernel (the LM
-head 10.5 ms against 3.9), target-only decoding went from 17.0 to 30.8 tok/s through the stack
-(docs/cpu.md). Long prefills run faster unpacked and keep torch's own kernel.
+stands in where that kernel cannot be built. The figures: README, "On a small CPU". Steps of 1
+to 3 rows (decode steps) take the kernel too: on a 2-core AMD EPYC torch's one-row GEMV ran
+1.3-2.7x slower than the kernel (the LM head 10.5 ms against 3.9), and target-only decoding
+through the stack went from 15.5-17.3 to 23.9-30.8 tok/s; on a 2-core Xeon a decode step with
+the kernel (--exact's, docs/exact-mode.md) took 44 ms against 47 with torch's. Long prefills
+run faster unpacked and keep torch's own kernel.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from model_runtime import invariant
 
 # The fewest rows that take the packed weight, by packer: with MKL's packed sgemm 1 to 3 rows
 # measured slower than torch's kernel on the default model's shapes (2-core Xeon, torch 2.13
-# CPU wheel); with the few-row kernel as fast or faster (the module's docstring).
+# CPU wheel); with the few-row kernel faster (the module's docstring).
 MKL_MIN_ROWS = 4
 KERNEL_MIN_ROWS = 1
 PACKED_MAX_ROWS = few_row_linear.MAX_ROWS  # the most rows the kernel takes
