@@ -55,7 +55,8 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
     """
     reason = unavailable_reason()
     if reason is not None:
-        log.warning("few-row linear kernel off: %s; verify steps use torch's kernels", reason)
+        log.warning("few-row linear kernel off: %s; decode and verify steps use torch's or "
+                    "MKL's kernels", reason)
         return None
     from plumbing.paths import default_cache_dir
 

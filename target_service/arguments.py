@@ -105,8 +105,8 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         "--no-prepack",
         dest="prepack",
         action="store_false",
-        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for verify "
-        "steps by default, at the cost of a second copy of the weights)",
+        help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for decode "
+        "and verify steps by default, at the cost of a second copy of the weights)",
     )
     group.add_argument(
         "--no-few-row-kernel",
