@@ -10,7 +10,7 @@ from plumbing import arg_types, cpu_wake
 from plumbing.logs import add_log_flags
 from router import request_log, tracing
 
-DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
+DEMO_PROMPT = "Write a Python function that checks whether a string is a palindrome."
 ROUTER_PORT = 50051  # the router's own default (router/arguments.py)
 
 
