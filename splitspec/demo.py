@@ -48,7 +48,8 @@ def target_only_comparison(
     plain.speculation.enabled = False
     with Client.connect(router) as client:
         target_only = client.generate(plain)
-    ratio = speculative.tokens_per_s / target_only.tokens_per_s if target_only.seconds else 0.0
+    rate = target_only.tokens_per_s
+    ratio = speculative.tokens_per_s / rate if rate else 0.0
     return (
         f"target-only, the same request (speculation off): {target_only.summary()}\n"
         f"speculation: {ratio:.2f}x target-only's tok/s; {same_tokens(speculative, target_only)}"
