@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpu_stack import chat_ids
+from draft_service import arguments as draft_arguments
 from draft_service import server as draft_server
 from draft_service.drafter import ContextChunk
 from target_service import arguments as target_arguments
@@ -63,10 +64,10 @@ def build(device: str, dtype: str):
         target_arguments.config_from_args(parser.parse_args(target_args))
     )
     parser = argparse.ArgumentParser()
-    draft_server.add_arguments(parser)
+    draft_arguments.add_arguments(parser)
     draft_args = ["--method", "eagle", "--device", device, "--dtype", dtype]
     drafter = draft_server.load_drafter(
-        draft_server.config_from_args(parser.parse_args(draft_args))
+        draft_arguments.config_from_args(parser.parse_args(draft_args))
     )
     return engine, drafter
 

@@ -53,7 +53,7 @@ def _service_parser(prog: str, add: Callable[[argparse.ArgumentParser], None]):
 
 
 def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
-    from draft_service.server import add_arguments as draft_args
+    from draft_service.arguments import add_arguments as draft_args
     from model_runtime.service_main import service_parser
     from router.server import add_arguments as router_args
     from target_service.arguments import add_arguments as target_args

@@ -22,11 +22,14 @@ DTYPE_CHOICES = sorted([*DTYPES, "auto"])
 NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
 
 
-def resolve_dtype(name: str, device: str) -> str:
+def resolve_dtype(name: str, device: str, cpu_fp32_kernel: bool = False) -> str:
     """A dtype name or alias -> torch attribute name; "auto" picks by device.
 
     "auto" is bfloat16 on CUDA and on CPUs that multiply bf16 natively (it halves the weight
-    traffic there), float32 elsewhere, where bf16 is emulated and slower. It suits drafters,
+    traffic there), float32 elsewhere, where bf16 is emulated and slower. On a CPU where the
+    caller runs float32's few-row steps on the project's kernel (``cpu_fp32_kernel``) it is
+    float32 even with native bf16: the EAGLE head's draft round took 11.1-11.7 ms there
+    against 12.5-14.5 in bf16 (2-core AMD EPYC, 2026-12-06, docs/cpu.md). It suits drafters,
     whose numerics never change the output. The target defaults to float32 on purpose: in bf16
     a CPU's many-token verify and one-token decode round differently, so greedy output with
     speculation could differ from target-only at near-ties.
@@ -35,7 +38,9 @@ def resolve_dtype(name: str, device: str) -> str:
         if name not in DTYPES:
             raise ValueError(f"unknown dtype {name!r}; choose one of {DTYPE_CHOICES}")
         return DTYPES[name]
-    if device.startswith("cuda") or (device == "cpu" and cpu_has_native_bf16()):
+    if device.startswith("cuda"):
+        return "bfloat16"
+    if device == "cpu" and cpu_has_native_bf16() and not cpu_fp32_kernel:
         return "bfloat16"
     return "float32"
 

@@ -44,14 +44,18 @@ class Linear(nn.Linear):
     all_rows: bool = False  # every row count through few_row, 16 rows at a time (--exact)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.few_row is not None and x.dim() == 2:
-            if self.all_rows:
-                return self._in_row_blocks(x)
-            if self.min_rows <= x.shape[0] <= PACKED_MAX_ROWS:
-                # packed is set whenever few_row is (prepack_linears sets both)
-                out = self.few_row(x, self.packed)  # type: ignore[arg-type]
-                return out if self.bias is None else out + self.bias
+        if self.few_row is not None and x.dim() >= 2:
+            rows = x.numel() // x.shape[-1]  # leading dims fold into rows ([B, k, H] in drafts)
+            if self.all_rows or self.min_rows <= rows <= PACKED_MAX_ROWS:
+                flat = x.reshape(rows, x.shape[-1])
+                out = self._in_row_blocks(flat) if self.all_rows else self._on_packed(flat)
+                return out.view(*x.shape[:-1], out.shape[-1])
         return invariant.linear(x, self.weight, self.bias)
+
+    def _on_packed(self, x: torch.Tensor) -> torch.Tensor:
+        # packed is set whenever few_row is (prepack_linears sets both)
+        out = self.few_row(x, self.packed)  # type: ignore[misc, arg-type]
+        return out if self.bias is None else out + self.bias
 
     def _in_row_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel computes each row alone (same bits for 1 row or 16), so blocks of 16

@@ -264,7 +264,8 @@ def test_draft_info_names_the_heads_hidden_and_vocabulary_sizes(head: EagleHead)
     vocab_size its trees' vocabulary: the router checks both against the target's."""
     from pathlib import Path
 
-    from draft_service.server import DraftConfig, draft_info
+    from draft_service.arguments import DraftConfig
+    from draft_service.server import draft_info
 
     drafter = EagleDrafter(head, TreeShape(num_steps=2, topk=2, num_draft_tokens=4), 64)
     info = draft_info(drafter, DraftConfig(method="eagle", cache_dir=Path(".")))

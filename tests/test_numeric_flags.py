@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from draft_service import server as draft_server
+from draft_service import arguments as draft_arguments
 from router import arguments as router_arguments
 from splitspec import cli
 from splitspec.serve_cli import add_serve_parser
@@ -42,7 +42,7 @@ def generate_parser() -> argparse.ArgumentParser:
 PARSERS = {
     "router": service_parser(router_arguments.add_arguments),
     "target": service_parser(target_arguments.add_arguments),
-    "draft": service_parser(draft_server.add_arguments),
+    "draft": service_parser(draft_arguments.add_arguments),
     "serve": serve_parser,
     "generate": generate_parser,
 }

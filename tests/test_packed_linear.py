@@ -55,3 +55,15 @@ def test_non_fp32_models_are_left_alone() -> None:
     layer = Linear(8, 8).to(torch.bfloat16)
     assert prepack_linears(layer) == (0, "")
     assert layer.packed is None
+
+
+def test_rows_in_more_dimensions_take_the_packed_weight_too() -> None:
+    """A draft step's features are [batch, topk, H]: its rows are few, so the packed copy."""
+    layer = packed_layer(64, 32)
+    x = torch.randn(2, 4, 64)
+    expected = F.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        layer.weight.zero_()  # as above: only the packed copy still knows the weight
+    got = layer(x)
+    assert got.shape == (2, 4, 32)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

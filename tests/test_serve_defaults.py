@@ -62,7 +62,7 @@ def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
 
 
 def draft_config(*argv: str):
-    from draft_service.server import add_arguments, config_from_args
+    from draft_service.arguments import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -79,6 +79,21 @@ def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
     assert "--num-steps" not in replica  # serve leaves the shape to the draft service...
     given = _draft_args(serve_args("--num-draft-tokens", "9"))[0]
     assert given[given.index("--num-draft-tokens") + 1] == "9"  # ...unless told
+
+
+def test_a_cpu_eagle_head_defaults_to_float32_where_the_few_row_kernel_runs() -> None:
+    """Its packed float32 steps beat native bf16 (model_runtime.config.resolve_dtype)."""
+    from kernels import few_row_linear
+
+    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True) == "float32"
+    assert resolve_dtype("auto", "cuda", cpu_fp32_kernel=True) == "bfloat16"
+    native = "bfloat16" if cpu_has_native_bf16() else "float32"
+    kernel_runs = few_row_linear.unavailable_reason() is None
+    eagle = ("--method", "eagle", "--device", "cpu", "--dtype", "auto")
+    assert draft_config(*eagle).dtype == ("float32" if kernel_runs else native)
+    assert draft_config(*eagle, "--no-prepack").dtype == native  # no kernel without packing
+    assert draft_config(*eagle, "--no-few-row-kernel").dtype == native
+    assert draft_config("--method", "ngram", "--device", "cpu", "--dtype", "auto").dtype == native
 
 
 def test_serve_lets_the_router_switch_speculation_off_where_it_loses() -> None:

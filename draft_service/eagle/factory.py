@@ -14,6 +14,7 @@ from draft_service.eagle.head import load_head, random_head
 from draft_service.eagle.search_graphs import SearchGraphRunner
 from model_runtime.fused_layers import merge_layer_projections
 from model_runtime.loading import default_model_path, resolve_checkpoint
+from model_runtime.packed_linear import prepack_linears
 
 log = logging.getLogger("splitspec.draft")
 
@@ -31,8 +32,15 @@ def build_eagle_drafter(
     device: str,
     num_slots: int = DEFAULT_DRAFT_SLOTS,
     cuda_graphs: bool = True,
+    prepack: bool = True,
+    few_row_kernel: bool = True,
 ) -> Drafter:
-    """The head's embedding, final norm and LM head come from the target's own checkpoint."""
+    """The head's embedding, final norm and LM head come from the target's own checkpoint.
+
+    On a CPU in fp32 the head's linear layers (fc, the layer's projections, the hot-vocabulary
+    head) run their 1-16-row steps on prepacked weights, as the target's do (``prepack``,
+    ``few_row_kernel``: the target's --no-prepack and --no-few-row-kernel).
+    """
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
     torch_dtype = getattr(torch, dtype)
     if head_dir is None and model_path is None and SHIPPED_HEAD.exists():
@@ -42,6 +50,11 @@ def build_eagle_drafter(
         head = random_head(checkpoint, seed=0, dtype=torch_dtype, device=device)
     else:
         head = load_head(head_dir, checkpoint, torch_dtype, device)
+    if prepack:
+        packed, packer = prepack_linears(head, cache_dir, few_row_kernel)
+        if packed:
+            log.info("prepacked %.0f MiB of head weights for few-row steps (%s)",
+                     packed / 2**20, packer)  # fmt: skip
     drafter = EagleDrafter(head, shape, num_slots)
     if device.startswith("cuda") and cuda_graphs:
         attach_graphs(drafter)

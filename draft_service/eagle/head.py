@@ -26,6 +26,7 @@ from model_runtime.attention import AttentionMetadata
 from model_runtime.config import ModelConfig
 from model_runtime.layers import RMSNorm, RotaryTable
 from model_runtime.llama import DecoderLayer
+from model_runtime.packed_linear import Linear
 from model_runtime.paged import PagedMetadata
 from plumbing.errors import StartupRefused
 
@@ -81,7 +82,7 @@ class EagleHead(nn.Module):
         hidden = target.hidden_size
         self.config = config
         self.embed_tokens = nn.Embedding(target.vocab_size, hidden)
-        self.fc = nn.Linear(2 * hidden, hidden, bias=config.fc_bias)
+        self.fc = Linear(2 * hidden, hidden, bias=config.fc_bias)
         self.layers = nn.ModuleList(DecoderLayer(target) for _ in range(config.num_layers))
         self.norm = RMSNorm(hidden, target.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, target.vocab_size, bias=False)
@@ -92,29 +93,35 @@ class EagleHead(nn.Module):
             module.requires_grad_(False)
         # FR-Spec style reduced draft vocabulary: projecting onto a few thousand frequent tokens
         # instead of all 49k makes a draft step several times cheaper. Drafts only: the target
-        # still verifies against its full distribution, so output is unchanged.
+        # still verifies against its full distribution, so output is unchanged. The hot rows
+        # of lm_head are a Linear of their own so that CPU prepacking covers them
+        # (model_runtime/packed_linear.py): on a 2-core CPU their 1-4-row projection was most
+        # of a draft round.
         self.hot_token_ids: torch.Tensor | None = None
+        self.hot_head: Linear | None = None
 
     def set_hot_vocab(self, token_ids: torch.Tensor | None) -> None:
         """Restricts proposals to ``token_ids`` (None: the whole vocabulary)."""
         if token_ids is None:
-            self.hot_token_ids = None
+            self.hot_token_ids, self.hot_head = None, None
             return
-        ids = token_ids.to(device=self.lm_head.weight.device, dtype=torch.long)
+        weight = self.lm_head.weight.detach()
+        ids = token_ids.to(device=weight.device, dtype=torch.long)
         self.hot_token_ids = ids
-        self._hot_weight = self.lm_head.weight.detach()[ids].contiguous()
+        hot_head = Linear(weight.shape[1], len(ids), bias=False, device="meta")
+        hot_head.weight = nn.Parameter(weight[ids].contiguous(), requires_grad=False)
+        self.hot_head = hot_head
 
     def draft_distribution(
         self, features: torch.Tensor, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k (probabilities, token ids) of the draft over its vocabulary, per row."""
         normed = self.norm(features)
-        if self.hot_token_ids is None:
-            logits = self.lm_head(normed)
-        else:
-            logits = normed @ self._hot_weight.T
-        probs, index = fused.softmax_topk(logits, k)
-        tokens = index if self.hot_token_ids is None else self.hot_token_ids[index]
+        if self.hot_head is None or self.hot_token_ids is None:
+            probs, index = fused.softmax_topk(self.lm_head(normed), k)
+            return probs, index
+        probs, index = fused.softmax_topk(self.hot_head(normed), k)
+        tokens = self.hot_token_ids[index]
         return probs, tokens
 
     @property

@@ -76,7 +76,7 @@ def flag(args: list[str], name_: str) -> str:
 
 def service_parsers() -> dict[str, argparse.ArgumentParser]:
     """Each service's whole command line, as its process parses it."""
-    from draft_service.server import add_arguments as draft_arguments
+    from draft_service.arguments import add_arguments as draft_arguments
     from model_runtime.service_main import service_parser
     from router.server import add_arguments as router_arguments
     from target_service.arguments import add_arguments as target_arguments

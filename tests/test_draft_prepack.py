@@ -1,0 +1,104 @@
+"""The EAGLE head on a CPU in fp32 runs its few-row steps on prepacked weights, as the target
+does (draft_service/eagle/factory.py): the shipped head over the default model, built the way
+the draft service builds it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from draft_service import arguments
+from draft_service.drafter import ContextChunk, TreeShape
+from draft_service.eagle.drafter import EagleDrafter
+from draft_service.eagle.factory import build_eagle_drafter
+from model_runtime.packed_linear import Linear, can_prepack
+from plumbing.paths import default_cache_dir
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not can_prepack(torch.zeros(1)), reason="this torch build has no MKL packed sgemm"
+    ),
+]
+SHAPE = TreeShape(5, 4, 16)  # the CPU default
+
+
+def drafter(prepack: bool) -> EagleDrafter:
+    built = build_eagle_drafter(
+        None, None, default_cache_dir(), SHAPE, "float32", "cpu", num_slots=512, prepack=prepack
+    )
+    assert isinstance(built, EagleDrafter)
+    return built
+
+
+@pytest.fixture(scope="module")
+def packed() -> EagleDrafter:
+    return drafter(prepack=True)
+
+
+@pytest.fixture(scope="module")
+def unpacked() -> EagleDrafter:
+    return drafter(prepack=False)
+
+
+def linears(drafter: EagleDrafter) -> dict[str, Linear]:
+    return {name: m for name, m in drafter.head.named_modules() if isinstance(m, Linear)}
+
+
+def test_every_linear_of_the_head_is_packed_the_hot_head_included(
+    packed: EagleDrafter, unpacked: EagleDrafter
+) -> None:
+    names = linears(packed)
+    assert {"fc", "hot_head", "layers.0.self_attn.q_proj", "layers.0.mlp.down_proj"} <= set(names)
+    assert all(m.packed is not None for m in names.values())
+    assert all(m.packed is None for m in linears(unpacked).values())
+
+
+def test_a_draft_step_reads_the_packed_hot_head(packed: EagleDrafter) -> None:
+    """A step of the tree search ([1, topk, H] features) projects onto the hot vocabulary
+    through the packed copy: with the weight itself zeroed it still gives the same draft."""
+    head, hot_head = packed.head, packed.head.hot_head
+    assert hot_head is not None
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(1, SHAPE.topk, head.hidden_size, generator=generator)
+    with torch.inference_mode():
+        before = head.draft_distribution(features, SHAPE.topk)
+        kept = hot_head.weight.detach().clone()
+        hot_head.weight.detach().zero_()
+        try:
+            after = head.draft_distribution(features, SHAPE.topk)
+        finally:
+            hot_head.weight.detach().copy_(kept)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+
+
+def test_packed_and_unpacked_heads_draft_alike(
+    packed: EagleDrafter, unpacked: EagleDrafter
+) -> None:
+    """Packing changes the rounding of the drafts' probabilities, not what they are."""
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 49152, (65,), generator=gen).tolist()
+    hidden = torch.randn(64, packed.head.hidden_size, generator=gen)
+    trees = []
+    for each in (packed, unpacked):
+        each.append(ContextChunk("r", 0, tokens, 0, hidden))
+        trees.append(each.propose(["r"])[0])
+        each.release("r")
+    first, second = trees
+    assert first.num_nodes == second.num_nodes == SHAPE.num_draft_tokens
+    assert (first.token_ids, first.parent_indices) == (second.token_ids, second.parent_indices)
+    assert first.scores is not None and second.scores is not None
+    torch.testing.assert_close(torch.tensor(first.scores), torch.tensor(second.scores))
+
+
+def test_the_service_flag_turns_packing_off() -> None:
+    parser = argparse.ArgumentParser()
+    arguments.add_arguments(parser)
+    on = arguments.config_from_args(parser.parse_args(["--method", "eagle", "--device", "cpu"]))
+    off = arguments.config_from_args(
+        parser.parse_args(["--method", "eagle", "--device", "cpu", "--no-prepack"])
+    )
+    assert on.prepack_weights and not off.prepack_weights
+    assert on.few_row_kernel
