@@ -93,8 +93,8 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         "--dtype",
         default="float32",
         choices=DTYPE_CHOICES,
-        help="auto: bfloat16 on CUDA; on a CPU float32 where the few-row kernel runs (AVX-512, "
-        "an EAGLE head), else bfloat16 where the CPU has native bf16, else float32",
+        help="auto: bfloat16 on CUDA and on CPUs with native bf16, else float32; but float32 "
+        "for an EAGLE head where the few-row kernel runs and the CPU has no AMX",
     )
     group.add_argument(
         "--threads",

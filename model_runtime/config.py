@@ -20,19 +20,24 @@ DTYPES = {
 DTYPE_CHOICES = sorted([*DTYPES, "auto"])
 # CPU flags of native bf16 matrix math (AMX tiles, AVX-512 BF16 dot products).
 NATIVE_BF16_CPU_FLAGS = {"amx_bf16", "avx512_bf16"}
+AMX_CPU_FLAG = "amx_bf16"
+CPUINFO = Path("/proc/cpuinfo")
 
 
-def resolve_dtype(name: str, device: str, cpu_fp32_kernel: bool = False) -> str:
+def resolve_dtype(
+    name: str, device: str, cpu_fp32_kernel: bool = False, cpuinfo: Path = CPUINFO
+) -> str:
     """A dtype name or alias -> torch attribute name; "auto" picks by device.
 
     "auto" is bfloat16 on CUDA and on CPUs that multiply bf16 natively (it halves the weight
-    traffic there), float32 elsewhere, where bf16 is emulated and slower. On a CPU where the
-    caller runs float32's few-row steps on the project's kernel (``cpu_fp32_kernel``) it is
-    float32 even with native bf16: the EAGLE head's draft round took 11.1-11.7 ms there
-    against 12.5-14.5 in bf16 (2-core AMD EPYC, 2026-12-06, docs/cpu.md). It suits drafters,
-    whose numerics never change the output. The target defaults to float32 on purpose: in bf16
-    a CPU's many-token verify and one-token decode round differently, so greedy output with
-    speculation could differ from target-only at near-ties.
+    traffic there), float32 elsewhere, where bf16 is emulated and slower. Where the caller runs
+    float32's few-row steps on the project's kernel (``cpu_fp32_kernel``) it is float32 on a
+    CPU with AVX-512 BF16 but no AMX: there the EAGLE head's draft round took 11.1-11.7 ms in
+    float32 against 12.5-14.5 in bf16 (2-core AMD EPYC, 2026-12-06, docs/cpu.md); on AMX, bf16
+    stays (not measured against the kernel). It suits drafters, whose numerics never change
+    the output. The target defaults to float32 on purpose: in bf16 a CPU's many-token verify
+    and one-token decode round differently, so greedy output with speculation could differ
+    from target-only at near-ties.
     """
     if name != "auto":
         if name not in DTYPES:
@@ -40,18 +45,23 @@ def resolve_dtype(name: str, device: str, cpu_fp32_kernel: bool = False) -> str:
         return DTYPES[name]
     if device.startswith("cuda"):
         return "bfloat16"
-    if device == "cpu" and cpu_has_native_bf16() and not cpu_fp32_kernel:
-        return "bfloat16"
-    return "float32"
+    flags = cpu_flags(cpuinfo) if device == "cpu" else set()
+    if cpu_fp32_kernel and AMX_CPU_FLAG not in flags:
+        return "float32"
+    return "bfloat16" if NATIVE_BF16_CPU_FLAGS & flags else "float32"
 
 
-def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str]:
+    """The first CPU's feature flags (empty where /proc/cpuinfo cannot be read)."""
     try:
         text = cpuinfo.read_text()
     except OSError:  # not Linux: assume emulated bf16
-        return False
-    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return bool(NATIVE_BF16_CPU_FLAGS & set(flags.split()))
+        return set()
+    return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
+def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
+    return bool(NATIVE_BF16_CPU_FLAGS & cpu_flags(cpuinfo))
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
         "--draft-dtype",
         default="auto",
         choices=DTYPE_CHOICES,
-        help="draft dtype (never changes the output); auto: bfloat16 on CUDA; on a CPU "
-        "float32 where the EAGLE head's few-row kernel runs (AVX-512: faster than native bf16), "
-        "else bfloat16 where the CPU has native bf16 (AMX / AVX-512 BF16), else float32",
+        help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
+        "native bf16 (AMX / AVX-512 BF16), else float32; but float32 for an EAGLE head where "
+        "the few-row kernel runs (AVX-512) and the CPU has no AMX: faster there",
     )
     group.add_argument(
         "--num-slots",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_runtime.config import cpu_has_native_bf16, resolve_dtype
+from model_runtime.config import AMX_CPU_FLAG, cpu_flags, cpu_has_native_bf16, resolve_dtype
 from splitspec.serve_cli import _draft_args, add_serve_parser, draft_method
 
 
@@ -51,6 +51,13 @@ def test_auto_dtype_follows_native_bf16(tmp_path: Path) -> None:
     assert resolve_dtype("auto", "cuda:0") == "bfloat16"
     assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_has_native_bf16() else "float32")
     assert resolve_dtype("bf16", "cpu") == "bfloat16"
+    # With the few-row kernel, float32 where bf16 is AVX-512's only (faster there); AMX keeps it.
+    epyc = tmp_path / "epyc"
+    epyc.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n")
+    assert resolve_dtype("auto", "cpu", cpuinfo=epyc) == "bfloat16"
+    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True, cpuinfo=epyc) == "float32"
+    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True, cpuinfo=amx) == "bfloat16"
+    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True, cpuinfo=plain) == "float32"
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int3", "cpu")
 
@@ -82,15 +89,17 @@ def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
 
 
 def test_a_cpu_eagle_head_defaults_to_float32_where_the_few_row_kernel_runs() -> None:
-    """Its packed float32 steps beat native bf16 (model_runtime.config.resolve_dtype)."""
+    """Its packed float32 steps beat AVX-512 BF16 (model_runtime.config.resolve_dtype); AMX
+    keeps bf16."""
     from kernels import few_row_linear
 
-    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True) == "float32"
-    assert resolve_dtype("auto", "cuda", cpu_fp32_kernel=True) == "bfloat16"
+    amx = AMX_CPU_FLAG in cpu_flags()
     native = "bfloat16" if cpu_has_native_bf16() else "float32"
+    assert resolve_dtype("auto", "cpu", cpu_fp32_kernel=True) == (native if amx else "float32")
+    assert resolve_dtype("auto", "cuda", cpu_fp32_kernel=True) == "bfloat16"
     kernel_runs = few_row_linear.unavailable_reason() is None
     eagle = ("--method", "eagle", "--device", "cpu", "--dtype", "auto")
-    assert draft_config(*eagle).dtype == ("float32" if kernel_runs else native)
+    assert draft_config(*eagle).dtype == ("float32" if kernel_runs and not amx else native)
     assert draft_config(*eagle, "--no-prepack").dtype == native  # no kernel without packing
     assert draft_config(*eagle, "--no-few-row-kernel").dtype == native
     assert draft_config("--method", "ngram", "--device", "cpu", "--dtype", "auto").dtype == native
