@@ -35,7 +35,7 @@ CPU_FP32 = ["--device", "cpu", "--dtype", "float32"]
 
 StackFactory = Callable[..., LocalStack]
 
-_TIE_CASES: list[TieCase] = []
+TIE_CASE = "greedy tie case"  # the name of a test's report property that carries one
 
 
 class StackLauncher:
@@ -113,22 +113,29 @@ def hf() -> HFReference:
     return HFReference()
 
 
-@pytest.fixture(scope="session")
-def tie_cases() -> list[TieCase]:
-    """Allowed differences at near-ties; listed at the end of the run."""
-    return _TIE_CASES
+@pytest.fixture
+def tie_cases(request: pytest.FixtureRequest) -> Iterator[list[TieCase]]:
+    """Allowed differences at near-ties, listed at the end of the run. They travel in the
+    test's report, so that under xdist the workers hand them to the process that prints."""
+    cases: list[TieCase] = []
+    yield cases
+    request.node.user_properties.extend((TIE_CASE, str(case)) for case in cases)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _TIE_CASES:
+    reports = [r for kind in terminalreporter.stats.values() for r in kind]
+    cases = [value for r in reports for name, value in getattr(r, "user_properties", ())
+             if name == TIE_CASE and r.when == "teardown"]  # fmt: skip
+    if cases:
         terminalreporter.section("greedy tie cases (allowed: HF top-2 gap < 1e-2)")
-        for case in _TIE_CASES:
-            terminalreporter.write_line(str(case))
+        for case in cases:
+            terminalreporter.write_line(case)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The container test runs last: its images build and its stack starts in the background
-    (niced, so they take only CPU the other tests leave idle) and are ready by then."""
+    """The container test runs last (in `make test`, last of the serial run, which follows the
+    parallel one): its images build and its stack starts in the background (niced, so they
+    take only CPU the other tests leave idle) and are ready by then."""
     items.sort(key=lambda item: item.path.name == "test_compose.py")  # stable: order kept
 
 

@@ -44,7 +44,9 @@ if not ENABLED:
         or "container test: runs in CI (CI=true) or with SPLITSPEC_CONTAINER_TESTS=1",
         allow_module_level=True,
     )
-pytestmark = pytest.mark.timeout(1200)  # the first test also waits for the images
+# Serial (`make test` runs it after the parallel run, alone): its stack starts in the background
+# when pytest collects it, and its streams should not share 2 cores with a second test process.
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.serial]  # the first waits for the images
 NUM_STREAMS = 20
 UP_TIMEOUT_S = 1100
 

@@ -40,6 +40,7 @@ WAITING = "to be free: this target is driven by another router"
 LEASE_S = 1.5  # the first router's --target-claim-lease: a hung one hands over sooner than 5 s
 
 
+@pytest.mark.serial  # times the handover (a window of ~3 s): alone, after the parallel run
 def test_a_second_router_waits_and_a_hung_one_hands_over(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

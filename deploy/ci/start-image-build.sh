@@ -5,7 +5,7 @@
 # which waits for it and fails with its log if it failed. The folder gets `log`, then `rc`.
 # At nice 19 it takes only CPU that the tests leave idle: at equal priority it slowed the
 # first tests (cold starts, the benchmark smoke test) to half speed. The container test
-# runs last (tests/conftest.py), so a slower build holds nothing up.
+# runs last (`make test`'s second, serial pytest run), so a slower build holds nothing up.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/ci/podman-env.sh
