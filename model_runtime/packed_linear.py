@@ -9,20 +9,22 @@ stands in where that kernel cannot be built. The figures: README, "On a small CP
 to 3 rows (decode steps) take the kernel too: on a 2-core AMD EPYC torch's one-row GEMV ran
 1.3-2.7x slower than the kernel (the LM head 10.5 ms against 3.9), and target-only decoding
 through the stack went from 15.5-17.3 to 23.9-30.8 tok/s; on a 2-core Xeon a decode step with
-the kernel (--exact's, docs/exact-mode.md) took 44 ms against 47 with torch's. Long prefills
-run faster unpacked and keep torch's own kernel.
+the kernel (--exact's, docs/exact-mode.md) took 44 ms against 47 with torch's. Past 16 rows
+(batched verifies and decodes, prefill chunks) a step takes the kernel in blocks of 16 for as
+many rows as it was measured faster than torch's kernel on this CPU (kernel_rows.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import nn
 
 from kernels import few_row_linear
-from model_runtime import invariant
+from model_runtime import invariant, kernel_rows
 
 # The fewest rows that take the packed weight, by packer: with MKL's packed sgemm 1 to 3 rows
 # measured slower than torch's kernel on the default model's shapes (2-core Xeon, torch 2.13
@@ -41,30 +43,24 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
     few_row: FewRowFn | None = None
     min_rows: int = MKL_MIN_ROWS  # the fewest rows that take few_row (KERNEL_MIN_ROWS on it)
+    # The most: past the kernel's 16 in blocks of 16, as far as it was measured faster than
+    # torch's kernel on this CPU (model_runtime/kernel_rows.py).
+    max_rows: int = PACKED_MAX_ROWS
     all_rows: bool = False  # every row count through few_row, 16 rows at a time (--exact)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.few_row is not None and x.dim() >= 2:
             rows = x.numel() // x.shape[-1]  # leading dims fold into rows ([B, k, H] in drafts)
-            if self.all_rows or self.min_rows <= rows <= PACKED_MAX_ROWS:
-                flat = x.reshape(rows, x.shape[-1])
-                out = self._in_row_blocks(flat) if self.all_rows else self._on_packed(flat)
+            if self.all_rows or self.min_rows <= rows <= self.max_rows:
+                out = self._on_packed(x.reshape(rows, x.shape[-1]))
                 return out.view(*x.shape[:-1], out.shape[-1])
         return invariant.linear(x, self.weight, self.bias)
 
     def _on_packed(self, x: torch.Tensor) -> torch.Tensor:
-        # packed is set whenever few_row is (prepack_linears sets both)
-        out = self.few_row(x, self.packed)  # type: ignore[misc, arg-type]
-        return out if self.bias is None else out + self.bias
-
-    def _in_row_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel computes each row alone (same bits for 1 row or 16), so blocks of 16
         keep a row's result independent of how many rows share the step."""
-        assert self.few_row is not None
-        # packed is set whenever few_row is, as in forward()
-        blocks = [self.few_row(x[i : i + PACKED_MAX_ROWS], self.packed)  # type: ignore[arg-type]
-                  for i in range(0, x.shape[0], PACKED_MAX_ROWS)]  # fmt: skip
-        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        assert self.few_row is not None and self.packed is not None  # prepack_linears sets both
+        out = kernel_rows.in_blocks(self.few_row, x, self.packed)
         return out if self.bias is None else out + self.bias
 
 
@@ -97,18 +93,30 @@ def prepack_linears(
         )  # fmt: skip
         raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
     packed_bytes, on_kernel = 0, 0
+    limits: dict[tuple[int, ...], int] = {}  # by weight shape: the layers of one shape share it
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
             if kernel is not None and few_row_linear.supports(weight):
-                module.packed, module.few_row = kernel.pack(weight), kernel.linear
-                module.min_rows, module.all_rows = KERNEL_MIN_ROWS, exact
+                _pack_on_kernel(module, kernel, exact, limits, cache_dir)
                 on_kernel += 1
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
                 module.few_row = _mkl_few_row(weight)
             packed_bytes += weight.numel() * weight.element_size()
     return packed_bytes, _packer_name(on_kernel, len(linears))
+
+
+def _pack_on_kernel(
+    module: Linear, kernel: ModuleType, exact: bool, limits: dict, cache_dir: Path | None
+) -> None:
+    weight = module.weight.detach()
+    module.packed, module.few_row = kernel.pack(weight), kernel.linear
+    module.min_rows, module.all_rows = KERNEL_MIN_ROWS, exact
+    shape = tuple(weight.shape)
+    if shape not in limits and not exact:  # --exact takes every row count anyway
+        limits[shape] = kernel_rows.row_limit(kernel.linear, weight, module.packed, cache_dir)
+    module.max_rows = limits.get(shape, PACKED_MAX_ROWS)
 
 
 def _packer_name(on_kernel: int, total: int) -> str:

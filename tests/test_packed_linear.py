@@ -32,7 +32,7 @@ def test_every_row_count_matches_torch(rows: int) -> None:
     x = torch.randn(rows, 576)
     expected = F.linear(x, layer.weight, layer.bias)
     got = layer(x)
-    if layer.min_rows <= rows <= PACKED_MAX_ROWS:  # the kernel's or MKL's packed weight
+    if layer.min_rows <= rows <= layer.max_rows:  # the kernel's or MKL's packed weight
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
     else:  # outside the range torch's own kernel runs: bit for bit the same
         assert torch.equal(got, expected)
@@ -47,7 +47,7 @@ def test_the_packed_path_really_runs_for_a_verify_sized_step() -> None:
     with torch.no_grad():
         layer.weight.zero_()
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
-    many = torch.randn(PACKED_MAX_ROWS + 1, 64)  # past the packed rows: the weight itself
+    many = torch.randn(layer.max_rows + 1, 64)  # past the packed rows: the weight itself
     assert torch.equal(layer(many), F.linear(many, layer.weight, layer.bias))
 
 
