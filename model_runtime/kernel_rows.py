@@ -1,14 +1,14 @@
 """How far past its 16 rows the few-row kernel keeps a weight's steps, in blocks of 16.
 
 The kernel reads a weight once per 16 rows; torch's sgemm reads it once for all rows and
-overtakes the kernel at a row count that depends on the CPU. On the 2-core AMD EPYC dev box
-(2026-12-06, 2 threads) it had not by 256 rows: SmolLM2's 30 layers took 294 ms in blocks
-against 352 ms with torch at 256 rows, and at 32 rows (a batch-2 verify of 16-node trees)
-34 ms against 49, the LM head 9.5 against 25. So each weight shape is timed both ways at
-CANDIDATE_ROWS, once per CPU model and thread count, and keeps the kernel up to the last count
-where it won at every count so far; the verdicts live in the cache folder
-(``kernels/few_row_limits.json``), so later starts and the other services read them instead of
-timing again.
+overtakes the kernel at a row count that depends on the CPU and the shape. On the 2-core AMD
+EPYC dev box (2026-12-06, 2 threads) SmolLM2's 30 layers took 34 ms in blocks against 49 ms
+with torch at 32 rows (a batch-2 verify of 16-node trees) and 294 against 352 at 256 rows, the
+LM head 9.5 against 25 at 32 rows; the small 192 x 576 k and v projections stayed on torch past
+16. So each weight shape is timed both ways at CANDIDATE_ROWS, once per CPU model, torch
+version and thread count, and keeps the kernel up to the last count where it won at every
+count so far. The verdicts live in the cache folder (``kernels/few_row_limits.json``), so later
+starts and the other services read them instead of timing again.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _read(folder: Path | None) -> dict[str, int]:
         return {}
     try:
         return dict(json.loads((folder / LIMITS_FILE).read_text()))
-    except (OSError, ValueError):  # none yet, or half-written by an older version
+    except (OSError, ValueError):  # none yet, or not JSON: time again
         return {}
 
 

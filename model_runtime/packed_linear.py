@@ -93,7 +93,7 @@ def prepack_linears(
         )  # fmt: skip
         raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
     packed_bytes, on_kernel = 0, 0
-    limits: dict[tuple[int, ...], int] = {}  # by weight shape: the layers of one shape share it
+    limits: RowLimits = {}
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
@@ -107,8 +107,11 @@ def prepack_linears(
     return packed_bytes, _packer_name(on_kernel, len(linears))
 
 
+RowLimits = dict[tuple[int, ...], int]  # by weight shape: the layers of one shape share one
+
+
 def _pack_on_kernel(
-    module: Linear, kernel: ModuleType, exact: bool, limits: dict, cache_dir: Path | None
+    module: Linear, kernel: ModuleType, exact: bool, limits: RowLimits, cache_dir: Path | None
 ) -> None:
     weight = module.weight.detach()
     module.packed, module.few_row = kernel.pack(weight), kernel.linear
