@@ -16,6 +16,7 @@ from plumbing.arg_types import NON_NEGATIVE_INT, POSITIVE_INT, TREE_TOKENS
 from plumbing.paths import add_cache_dir_flag, default_cache_dir
 
 METHODS = ("ngram", "eagle", "scripted", "recording")
+PACKED_WEIGHTS = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,15 @@ class DraftConfig:
     cuda_graphs: bool = True  # eagle on CUDA: the tree search and the append replay CUDA graphs
     prepack_weights: bool = True  # eagle on CPU fp32: the head's few-row steps on packed weights
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
+    packed_weights: str = "bfloat16"  # the kernel's copy of the head's weights (--packed-weights)
 
     def __post_init__(self) -> None:
         if self.num_threads < 0:
             raise ValueError("threads must be >= 0")
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
+        if self.packed_weights not in PACKED_WEIGHTS:
+            raise ValueError(f"packed weights must be one of {PACKED_WEIGHTS}")
         if self.dtype not in DTYPES.values():
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
         if self.method == "scripted" and self.script is None:
@@ -116,7 +120,8 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         dest="prepack",
         action="store_false",
         help="eagle on a CPU in fp32: keep torch's kernels for the head's few-row steps "
-        "(prepacked by default, at the cost of a second copy of the head's weights)",
+        "(prepacked by default, at the cost of a second copy of the head's weights, in bf16 "
+        "by default: see --packed-weights)",
     )
     group.add_argument(
         "--no-few-row-kernel",
@@ -124,6 +129,14 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         action="store_false",
         help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
         "(kernels/few_row_linear.cpp)",
+    )
+    group.add_argument(
+        "--packed-weights",
+        choices=PACKED_WEIGHTS,
+        default="bfloat16",
+        help="eagle on a CPU in fp32: the few-row kernel's copy of the head's weights. "
+        "bfloat16 halves the bytes a draft step reads (the head's weights are rounded to it "
+        "for every step; the output never changes)",
     )
     add_cache_dir_flag(group)
 
@@ -178,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> DraftConfig:
         cuda_graphs=args.cuda_graphs,
         prepack_weights=args.prepack,
         few_row_kernel=args.few_row_kernel,
+        packed_weights=args.packed_weights,
     )
 
 

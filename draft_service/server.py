@@ -55,6 +55,7 @@ def _build_eagle(config: DraftConfig) -> Drafter:
         cuda_graphs=config.cuda_graphs,
         prepack=config.prepack_weights,
         few_row_kernel=config.few_row_kernel,
+        packed_weights=config.packed_weights,
     )
 
 

@@ -1,4 +1,5 @@
-// y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32, AVX-512.
+// y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32 rows, AVX-512; the weight packed
+// in fp32 or in bf16 (drafters: half the bytes a step streams, widened to fp32 as it is read).
 //
 // Why: with so few rows a linear layer streams its whole weight from memory for very little
 // arithmetic. On 2 cores MKL's packed sgemm took ~1.8 ms per layer of the default model at 16
@@ -6,9 +7,9 @@
 // kernel prefetches the weight stream ahead of the multiply-adds so that the two overlap more.
 //
 // Layout: the weight is packed once as [N / 16][K][16] (16 output columns per block, one
-// 64-byte line per k), so each block is one contiguous stream. Each output row accumulates over
-// K in chunks of CHUNK (a fresh register sum per chunk, added to the running total), which keeps
-// the rounding error below that of a single K-long sum.
+// 64-byte line per k in fp32, half of one in bf16), so each block is one contiguous stream.
+// Each output row accumulates over K in chunks of CHUNK (a fresh register sum per chunk, added
+// to the running total), which keeps the rounding error below that of a single K-long sum.
 #include <ATen/Parallel.h>
 #include <array>
 #include <utility>
@@ -19,6 +20,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "exact_attention.h"  // the CPU paged attention (the target's --exact mode)
+#include "quantized_search.h"  // finds a weight's Q4_1 or Q8_0 blocks (quantized_weights.h)
 
 namespace {
 
@@ -27,23 +29,29 @@ constexpr int64_t MAX_ROWS = 16;
 constexpr int64_t CHUNK = 64;          // k steps per partial sum
 // How far ahead of the multiply-adds the weight stream is requested: into L2 far ahead, into
 // L1 shortly before use (on a 2-core Xeon 6-10% faster than one L1 prefetch 32 lines ahead).
-constexpr int64_t PREFETCH_L1_LINES = 16;
-constexpr int64_t PREFETCH_L2_LINES = 64;
+constexpr int64_t PREFETCH_L1_BYTES = 16 * 64;
+constexpr int64_t PREFETCH_L2_BYTES = 64 * 64;
+
+// The 16 weights of one k: fp32 as stored; bf16 widened (its bits are an fp32's upper half).
+inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
+inline __m512 load16(const uint16_t* w) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
 
 // Rows 0..M-1 of one output block. xt: x transposed to [K][MAX_ROWS].
-template <int M>
-void one_block(const float* xt, const float* block, float* out, int64_t k_len, int64_t n_len) {
+template <int M, typename W>
+void one_block(const float* xt, const W* block, float* out, int64_t k_len, int64_t n_len) {
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     const int64_t k1 = std::min(k0 + CHUNK, k_len);
     __m512 acc[M];
     for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t k = k0; k < k1; ++k) {
-      _mm_prefetch(reinterpret_cast<const char*>(block + (k + PREFETCH_L1_LINES) * BLOCK),
-                   _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block + (k + PREFETCH_L2_LINES) * BLOCK),
-                   _MM_HINT_T1);
-      const __m512 w = _mm512_loadu_ps(block + k * BLOCK);
+      const char* here = reinterpret_cast<const char*>(block + k * BLOCK);
+      _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
+      _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
+      const __m512 w = load16(block + k * BLOCK);
       const float* x = xt + k * MAX_ROWS;
       for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), w, acc[m]);
     }
@@ -53,39 +61,113 @@ void one_block(const float* xt, const float* block, float* out, int64_t k_len, i
   for (int m = 0; m < M; ++m) _mm512_storeu_ps(out + m * n_len, _mm512_load_ps(total[m]));
 }
 
-template <int M>
-void all_blocks(const float* xt, const float* packed, float* out, int64_t k_len, int64_t n_len) {
+// The same from quantized groups (quantized_weights.h): the fp32 kernel's multiply-adds in
+// its order, on the very weights it would read, rebuilt in registers.
+template <int M, typename Format>
+void one_quantized_block(const float* xt, const uint8_t* block, float* out, int64_t k_len, int64_t n_len) {
+  constexpr int64_t PAIR_BYTES = Format::BYTES / (quantized::GROUP / 2);
+  alignas(64) float total[M][BLOCK] = {};
+  for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
+    const int64_t k1 = std::min(k0 + CHUNK, k_len);
+    __m512 acc[M];
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
+      const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
+      const Format weights(group);
+      for (int64_t j = 0; j < quantized::GROUP / 2; ++j) {
+        const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
+        _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
+        _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
+        __m512 even, odd;
+        weights.pair(j, even, odd);
+        const float* x = xt + (g0 + 2 * j) * MAX_ROWS;
+        for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), even, acc[m]);
+        x += MAX_ROWS;
+        for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), odd, acc[m]);
+      }
+    }
+    for (int m = 0; m < M; ++m)
+      _mm512_store_ps(total[m], _mm512_add_ps(_mm512_load_ps(total[m]), acc[m]));
+  }
+  for (int m = 0; m < M; ++m) _mm512_storeu_ps(out + m * n_len, _mm512_load_ps(total[m]));
+}
+
+template <int M, typename Format>
+void all_quantized_blocks(const float* xt, const uint8_t* packed, float* out, int64_t k_len,
+                          int64_t n_len) {
+  const int64_t block_bytes = k_len / quantized::GROUP * Format::BYTES;
+  at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      one_quantized_block<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK, k_len, n_len);
+  });
+}
+
+template <int M, typename W>
+void all_blocks(const float* xt, const W* packed, float* out, int64_t k_len, int64_t n_len) {
   at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
       one_block<M>(xt, packed + b * k_len * BLOCK, out + b * BLOCK, k_len, n_len);
   });
 }
 
-using Kernel = void (*)(const float*, const float*, float*, int64_t, int64_t);
+template <typename W>
+using Kernel = void (*)(const float*, const W*, float*, int64_t, int64_t);
 
-template <int... Ms>
-constexpr std::array<Kernel, sizeof...(Ms)> kernels(std::integer_sequence<int, Ms...>) {
-  return {&all_blocks<Ms + 1>...};
+template <typename W, int... Ms>
+constexpr std::array<Kernel<W>, sizeof...(Ms)> kernels(std::integer_sequence<int, Ms...>) {
+  return {&all_blocks<Ms + 1, W>...};
+}
+
+template <typename Format, int... Ms>
+constexpr std::array<Kernel<uint8_t>, sizeof...(Ms)> quantized_kernels(
+    std::integer_sequence<int, Ms...>) {
+  return {&all_quantized_blocks<Ms + 1, Format>...};
+}
+
+template <typename Format>
+void run_quantized(const float* xt, const uint8_t* packed, float* out, int64_t rows, int64_t k_len,
+                   int64_t n_len) {
+  static const auto table = quantized_kernels<Format>(std::make_integer_sequence<int, MAX_ROWS>{});
+  table[rows - 1](xt, packed, out, k_len, n_len);
+}
+
+template <typename W>
+void run(const float* xt, const W* packed, float* out, int64_t rows, int64_t k_len, int64_t n_len) {
+  static const auto table = kernels<W>(std::make_integer_sequence<int, MAX_ROWS>{});
+  table[rows - 1](xt, packed, out, k_len, n_len);
 }
 
 }  // namespace
 
 at::Tensor pack(const at::Tensor& weight) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kFloat,
-              "pack: weight must be a 2-D float32 tensor");
+  const auto type = weight.scalar_type();
+  TORCH_CHECK(weight.dim() == 2 && (type == at::kFloat || type == at::kBFloat16),
+              "pack: weight must be a 2-D float32 or bfloat16 tensor");
   TORCH_CHECK(weight.size(0) % BLOCK == 0, "pack: output features must be a multiple of 16");
   const int64_t n = weight.size(0), k = weight.size(1);
   return weight.contiguous().view({n / BLOCK, BLOCK, k}).transpose(1, 2).contiguous();
 }
 
+// A packed copy's in_features: fp32 and bf16 copies are [N / 16][K][16]; quantized ones
+// [N / 16][K / 32][group bytes] uint8 (quantized_weights.h); 0 for anything else.
+int64_t packed_in_features(const at::Tensor& packed) {
+  if (packed.dim() != 3 || !packed.is_contiguous()) return 0;
+  const auto type = packed.scalar_type();
+  if ((type == at::kFloat || type == at::kBFloat16) && packed.size(2) == BLOCK)
+    return packed.size(1);
+  const int64_t bytes = packed.size(2);
+  if (type == at::kByte && (bytes == quantized::Q4_1::BYTES || bytes == quantized::Q8_0::BYTES))
+    return packed.size(1) * quantized::GROUP;
+  return 0;
+}
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be 2-D float32");
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.is_contiguous() &&
-                  packed.scalar_type() == at::kFloat,
-              "packed must come from pack()");
+  const auto type = packed.scalar_type();
+  TORCH_CHECK(packed_in_features(packed) > 0, "packed must come from pack() or quantized_pack.py");
   const int64_t rows = x.size(0), k_len = x.size(1), n_len = packed.size(0) * BLOCK;
   TORCH_CHECK(rows >= 1 && rows <= MAX_ROWS, "x must have 1 to 16 rows");
-  TORCH_CHECK(packed.size(1) == k_len, "x and packed disagree on in_features");
+  TORCH_CHECK(packed_in_features(packed) == k_len, "x and packed disagree on in_features");
   // x transposed to [K][16] (rows past x's own are never read), in a buffer kept per thread.
   thread_local std::vector<float> xt;
   xt.resize(k_len * MAX_ROWS);
@@ -94,13 +176,27 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed) {
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t k = 0; k < k_len; ++k) xt[k * MAX_ROWS + m] = src[m * k_len + k];
   auto out = at::empty({rows, n_len}, x.options());
-  static const auto table = kernels(std::make_integer_sequence<int, MAX_ROWS>{});
-  table[rows - 1](xt.data(), packed.data_ptr<float>(), out.data_ptr<float>(), k_len, n_len);
+  float* dst = out.data_ptr<float>();
+  if (type == at::kFloat) {
+    run(xt.data(), packed.data_ptr<float>(), dst, rows, k_len, n_len);
+  } else if (type == at::kBFloat16) {
+    run(xt.data(), reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>()), dst, rows,
+        k_len, n_len);
+  } else if (packed.size(2) == quantized::Q4_1::BYTES) {
+    run_quantized<quantized::Q4_1>(xt.data(), packed.data_ptr<uint8_t>(), dst, rows, k_len, n_len);
+  } else {
+    run_quantized<quantized::Q8_0>(xt.data(), packed.data_ptr<uint8_t>(), dst, rows, k_len, n_len);
+  }
   return out;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("pack", &pack, "weight [N, K] -> [N / 16, K, 16]");
+  module.def("pack", &pack, "weight [N, K] -> [N / 16, K, 16], in its own dtype (fp32 or bf16)");
+  module.def("pack_quantized", &quantized::search,
+             "fp32 weight [N, K], bits 4 or 8 -> its Q4_1 or Q8_0 copy, or an empty tensor");
+  module.def("group_bytes", []() {
+    return std::make_tuple(quantized::GROUP, quantized::Q4_1::BYTES, quantized::Q8_0::BYTES);
+  }, "(k per quantized group, bytes of a Q4_1 group of 16 columns, of a Q8_0 one)");
   module.def("linear", &linear, "x [rows <= 16, K] @ weight.T from the packed weight");
   module.def("attention", &exact::attention, "paged attention, fp32 (kernels/paged_reference.py)");
 }

@@ -1,4 +1,5 @@
-"""The CPU kernels: the few-row fp32 linear (few_row_linear.cpp) and the exact paged attention
+"""The CPU kernels: the few-row linear (few_row_linear.cpp: fp32 rows, the weight packed in fp32
+or bf16) and the exact paged attention
 (exact_attention.h, which it includes), built as one module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
@@ -27,7 +28,8 @@ log = logging.getLogger("splitspec.kernels")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "few_row_linear.cpp"
-SOURCES = [SOURCE, HERE / "exact_attention.h"]  # the build key covers both
+HEADERS = ("exact_attention.h", "quantized_weights.h", "quantized_search.h")
+SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
@@ -99,8 +101,9 @@ def _import_built(folder: Path) -> ModuleType:
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """What ``module.linear(x, module.pack(weight))`` computes, in plain torch."""
-    return x @ weight.T
+    """What ``module.linear(x, module.pack(weight))`` computes, in plain torch (a bf16 weight
+    is widened to x's dtype: the kernel multiplies in fp32)."""
+    return x @ weight.to(x.dtype).T
 
 
 def supports(weight: torch.Tensor) -> bool:
@@ -124,8 +127,9 @@ def main() -> int:
         print(f"not built: {unavailable_reason() or 'see the warning above'}")
         return 0  # not an error: the services fall back to torch's kernels
     weight, x = torch.randn(48, 40), torch.randn(3, 40)
-    got = module.linear(x, module.pack(weight))
-    torch.testing.assert_close(got, reference(x, weight), rtol=1e-5, atol=1e-5)
+    for packed_weight in (weight, weight.bfloat16()):
+        got = module.linear(x, module.pack(packed_weight))
+        torch.testing.assert_close(got, reference(x, packed_weight), rtol=1e-5, atol=1e-5)
     print("few-row linear kernel ready")
     return 0
 

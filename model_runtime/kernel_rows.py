@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.few_row_linear import MAX_ROWS as BLOCK_ROWS  # the kernel's most rows a call
+from model_runtime import quantized_pack
 from model_runtime.config import CPUINFO
 
 CANDIDATE_ROWS = (32, 64, 128, 256)
@@ -47,6 +48,8 @@ def row_limit(
     """The most rows a step of this weight's shape sends through the kernel."""
     threads = torch.get_num_threads()
     key = f"{cpu_model()}|torch {torch.__version__}|{threads} threads|{tuple(weight.shape)}"
+    if packed.dtype != torch.float32:  # a bf16 or quantized copy streams fewer bytes
+        key += f"|{quantized_pack.kind(packed)} weights"
     folder = cache_dir / "kernels" if cache_dir is not None else None
     known = _read(folder)
     if key not in known:

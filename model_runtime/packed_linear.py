@@ -16,6 +16,7 @@ many rows as it was measured faster than torch's kernel on this CPU (kernel_rows
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from kernels import few_row_linear
-from model_runtime import invariant, kernel_rows
+from model_runtime import invariant, kernel_rows, quantized_pack
 
 # The fewest rows that take the packed weight, by packer: with MKL's packed sgemm 1 to 3 rows
 # measured slower than torch's kernel on the default model's shapes (2-core Xeon, torch 2.13
@@ -74,13 +75,23 @@ def can_prepack(weight: torch.Tensor) -> bool:
 
 
 def prepack_linears(
-    model: nn.Module, cache_dir: Path | None = None, use_kernel: bool = True, exact: bool = False
+    model: nn.Module,
+    cache_dir: Path | None = None,
+    use_kernel: bool = True,
+    exact: bool = False,
+    packed_dtype: torch.dtype = torch.float32,
+    quantized: bool = True,
 ) -> tuple[int, str]:
     """Packs every Linear of a CPU fp32 model in place: (bytes of weight packed, packer name).
 
     The packed copies sit beside the weights (which the other row counts still use), so the
-    model's weight memory roughly doubles. The packer names what each layer got: "few-row
-    kernel", "MKL", or both with counts when some shapes fall back to MKL.
+    model's weight memory roughly doubles (grows by half with bf16 copies). The packer names
+    what each layer got: "few-row kernel", "MKL", or both with counts when some shapes fall
+    back to MKL. ``quantized``: a weight whose values are a quantized checkpoint's (Q4_1 or
+    Q8_0 blocks, model_runtime/quantized_pack.py) gets a copy in those blocks, with the fp32
+    copy's results bit for bit. ``packed_dtype`` bfloat16 (drafters only: it changes the
+    numerics) packs the other copies in bf16 and rounds those layers' own weights to the same
+    values, so every row count computes with one set of weights.
     """
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     if not linears or not can_prepack(linears[0].weight):
@@ -92,42 +103,73 @@ def prepack_linears(
             else "it failed to build or a layer's shape does not fit it"
         )  # fmt: skip
         raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
-    packed_bytes, on_kernel = 0, 0
+    if exact and packed_dtype != torch.float32:
+        raise ValueError("--exact keeps the target's weights in float32")
+    packed_bytes, kinds = 0, Counter[str]()
     limits: RowLimits = {}
     with torch.no_grad():
         for module in linears:
             weight = module.weight.detach()
             if kernel is not None and few_row_linear.supports(weight):
-                _pack_on_kernel(module, kernel, exact, limits, cache_dir)
-                on_kernel += 1
+                packed = _kernel_copy(kernel, weight, packed_dtype, quantized)
+                _pack_on_kernel(module, kernel, packed, exact, limits, cache_dir)
+                kinds[quantized_pack.kind(packed)] += 1
+                packed_bytes += packed.numel() * packed.element_size()
             else:
                 module.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
                 module.few_row = _mkl_few_row(weight)
-            packed_bytes += weight.numel() * weight.element_size()
-    return packed_bytes, _packer_name(on_kernel, len(linears))
+                packed_bytes += weight.numel() * weight.element_size()
+    return packed_bytes, _packer_name(kinds, len(linears))
 
 
-RowLimits = dict[tuple[int, ...], int]  # by weight shape: the layers of one shape share one
+# By weight shape and copy kind: the layers of one shape and kind share one limit.
+RowLimits = dict[tuple[int | str, ...], int]
+
+
+def _kernel_copy(
+    kernel: ModuleType, weight: torch.Tensor, packed_dtype: torch.dtype, quantized: bool
+) -> torch.Tensor:
+    """The kernel's copy of ``weight``: its quantized blocks where its values are some, else
+    ``packed_dtype`` (bf16: the weight itself is rounded to the copy's values)."""
+    found = quantized_pack.pack_quantized(kernel, weight) if quantized else None
+    if found is not None:
+        return found
+    if packed_dtype != weight.dtype:
+        weight.copy_(weight.to(packed_dtype))  # torch's row counts see the packed values
+    return kernel.pack(weight.to(packed_dtype))
 
 
 def _pack_on_kernel(
-    module: Linear, kernel: ModuleType, exact: bool, limits: RowLimits, cache_dir: Path | None
+    module: Linear,
+    kernel: ModuleType,
+    packed: torch.Tensor,
+    exact: bool,
+    limits: RowLimits,
+    cache_dir: Path | None,
 ) -> None:
     weight = module.weight.detach()
-    module.packed, module.few_row = kernel.pack(weight), kernel.linear
+    module.packed, module.few_row = packed, kernel.linear
     module.min_rows, module.all_rows = KERNEL_MIN_ROWS, exact
-    shape = tuple(weight.shape)
-    if shape not in limits and not exact:  # --exact takes every row count anyway
-        limits[shape] = kernel_rows.row_limit(kernel.linear, weight, module.packed, cache_dir)
-    module.max_rows = limits.get(shape, PACKED_MAX_ROWS)
+    key = (*weight.shape, quantized_pack.kind(packed))
+    if key not in limits and not exact:  # --exact takes every row count anyway
+        limits[key] = kernel_rows.row_limit(kernel.linear, weight, packed, cache_dir)
+    module.max_rows = limits.get(key, PACKED_MAX_ROWS)
 
 
-def _packer_name(on_kernel: int, total: int) -> str:
-    if on_kernel == total:
-        return "few-row kernel"
+def _packer_name(kinds: Counter[str], total: int) -> str:
+    """"few-row kernel", with its copies' kinds where not all fp32 ("few-row kernel (q4_1
+    copies)", "few-row kernel (copies: q4_1 x120, q8_0 x1)"), "MKL", or both with counts."""
+    on_kernel = sum(kinds.values())
     if on_kernel == 0:
         return "MKL"
-    return f"few-row kernel for {on_kernel} layers, MKL for {total - on_kernel}"
+    name = "few-row kernel"
+    if len(kinds) == 1 and "float32" not in kinds:
+        name += f" ({next(iter(kinds))} copies)"
+    elif len(kinds) > 1:
+        name += " (copies: " + ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) + ")"
+    if on_kernel == total:
+        return name
+    return f"{name} for {on_kernel} layers, MKL for {total - on_kernel}"
 
 
 def _mkl_few_row(weight: torch.Tensor) -> FewRowFn:

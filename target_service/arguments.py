@@ -106,7 +106,8 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         dest="prepack",
         action="store_false",
         help="keep torch's kernels for few-row steps (CPU fp32 prepacks weights for decode "
-        "and verify steps by default, at the cost of a second copy of the weights)",
+        "and verify steps by default, at the cost of a second copy of the weights, smaller "
+        "where they are quantized: see --no-quantized-copies)",
     )
     group.add_argument(
         "--no-few-row-kernel",
@@ -114,6 +115,14 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         action="store_false",
         help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
         "(kernels/few_row_linear.cpp), which is built on first use",
+    )
+    group.add_argument(
+        "--no-quantized-copies",
+        dest="quantized_copies",
+        action="store_false",
+        help="give the few-row kernel fp32 copies even of weights whose values are a quantized "
+        "checkpoint's (the default model's Q4_1 layers and Q8_0 LM head: found at start-up, "
+        "read as those blocks, with the same results bit for bit)",
     )
     group.add_argument(
         "--no-fused-kernels",
@@ -187,6 +196,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         num_threads=args.threads,
         prepack_weights=args.prepack,
         few_row_kernel=args.few_row_kernel,
+        quantized_copies=args.quantized_copies,
         cuda_graphs=args.cuda_graphs,
         fused_kernels=args.fused_kernels,
         attention="paged" if args.exact else args.attention,

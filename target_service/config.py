@@ -35,6 +35,7 @@ class TargetConfig:
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     prepack_weights: bool = True  # CPU fp32: prepacked weights for few-row (verify) steps
     few_row_kernel: bool = True  # pack for kernels/few_row_linear.cpp (else MKL's sgemm)
+    quantized_copies: bool = True  # the kernel reads a quantized checkpoint's own blocks
     cuda_graphs: bool = True  # CUDA: decode steps replay captured graphs (graph_runner.py)
     fused_kernels: bool = True  # CUDA: RMSNorm, rotary, SiLU*mul as Triton kernels
     attention: str = "auto"  # "torch" (dense gather + SDPA), "paged" (Triton/C++ kernel), "auto",

@@ -41,8 +41,9 @@ def build_engine(config: TargetConfig) -> TargetEngine:
     model = load_model(config.model_path, dtype, torch.device(config.device), config.cache_dir)
     if config.prepack_weights:
         packed, packer = prepack_linears(
-            model, config.cache_dir, config.few_row_kernel, exact=config.exact
-        )
+            model, config.cache_dir, config.few_row_kernel, config.exact,
+            quantized=config.quantized_copies,
+        )  # fmt: skip
         if packed:
             log.info("prepacked %.0f MiB of weights for few-row steps (%s)", packed / 2**20, packer)
     engine = TargetEngine(config, model)

@@ -13,6 +13,7 @@ from draft_service import arguments
 from draft_service.drafter import ContextChunk, TreeShape
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.factory import build_eagle_drafter
+from model_runtime import quantized_pack
 from model_runtime.packed_linear import Linear, can_prepack
 from plumbing.paths import default_cache_dir
 
@@ -25,10 +26,11 @@ pytestmark = [
 SHAPE = TreeShape(5, 4, 16)  # the CPU default
 
 
-def drafter(prepack: bool) -> EagleDrafter:
+def drafter(prepack: bool, packed_weights: str = "float32") -> EagleDrafter:
     built = build_eagle_drafter(
-        None, None, default_cache_dir(), SHAPE, "float32", "cpu", num_slots=512, prepack=prepack
-    )
+        None, None, default_cache_dir(), SHAPE, "float32", "cpu", num_slots=512,
+        prepack=prepack, packed_weights=packed_weights,
+    )  # fmt: skip
     assert isinstance(built, EagleDrafter)
     return built
 
@@ -36,6 +38,11 @@ def drafter(prepack: bool) -> EagleDrafter:
 @pytest.fixture(scope="module")
 def packed() -> EagleDrafter:
     return drafter(prepack=True)
+
+
+@pytest.fixture(scope="module")
+def packed_bf16() -> EagleDrafter:
+    return drafter(prepack=True, packed_weights="bfloat16")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +100,38 @@ def test_packed_and_unpacked_heads_draft_alike(
     torch.testing.assert_close(torch.tensor(first.scores), torch.tensor(second.scores))
 
 
+def test_a_head_packed_in_bf16_drafts_as_torch_does_on_its_rounded_weights(
+    packed_bf16: EagleDrafter, unpacked: EagleDrafter
+) -> None:
+    """The service's default: the kernel reads bf16 copies (half the bytes a draft step
+    streams), and the head's fp32 weights hold the same values, so a head without packing but
+    with those weights drafts the same tree. The hot-vocabulary head's rows are the default
+    model's Q8_0 LM head: its copy is those blocks, and its weights stay as they are."""
+    kinds = {name: quantized_pack.kind(m.packed) for name, m in linears(packed_bf16).items()}
+    assert kinds.pop("hot_head") == "q8_0" and set(kinds.values()) == {"bfloat16"}
+    for name, module in linears(packed_bf16).items():
+        if name != "hot_head":
+            assert torch.equal(module.weight, module.weight.bfloat16().float())
+    rounded = drafter(prepack=False)
+    with torch.no_grad():
+        for name, module in linears(rounded).items():
+            module.weight.copy_(linears(packed_bf16)[name].weight)
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, 49152, (65,), generator=gen).tolist()
+    hidden = torch.randn(64, packed_bf16.head.hidden_size, generator=gen)
+    trees = []
+    for each in (packed_bf16, rounded):
+        each.append(ContextChunk("r", 0, tokens, 0, hidden))
+        trees.append(each.propose(["r"])[0])
+        each.release("r")
+    first, second = trees
+    assert (first.token_ids, first.parent_indices) == (second.token_ids, second.parent_indices)
+    # The rounding is real: the fp32 head's weights differ; the hot head's do not.
+    assert not torch.equal(linears(unpacked)["fc"].weight, linears(packed_bf16)["fc"].weight)
+    hot = [linears(each)["hot_head"].weight for each in (unpacked, packed_bf16)]
+    assert torch.equal(*hot)
+
+
 def test_the_service_flag_turns_packing_off() -> None:
     parser = argparse.ArgumentParser()
     arguments.add_arguments(parser)
@@ -102,3 +141,6 @@ def test_the_service_flag_turns_packing_off() -> None:
     )
     assert on.prepack_weights and not off.prepack_weights
     assert on.few_row_kernel
+    assert on.packed_weights == "bfloat16"  # the default: half the bytes a draft step reads
+    fp32 = parser.parse_args(["--method", "eagle", "--packed-weights", "float32"])
+    assert arguments.config_from_args(fp32).packed_weights == "float32"

@@ -1,4 +1,5 @@
-"""The few-row fp32 kernel (kernels/few_row_linear.cpp) against its torch reference."""
+"""The few-row kernel (kernels/few_row_linear.cpp: fp32 rows, fp32 or bf16 weights) against its
+torch reference."""
 
 from __future__ import annotations
 
@@ -56,6 +57,22 @@ def test_odd_shapes(kernel, out_features: int, in_features: int) -> None:
     torch.testing.assert_close(got, few_row_linear.reference(x, weight), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [1, 4, few_row_linear.MAX_ROWS])
+def test_bf16_weights_are_widened_and_multiplied_in_fp32(kernel, rows: int) -> None:
+    """A drafter's packed copy in bf16 (half the bytes a step reads): the product is fp32's
+    over the bf16 values, and a row's bits do not depend on the rows beside it."""
+    torch.manual_seed(rows)
+    weight, x = torch.randn(1536, 576).bfloat16(), torch.randn(rows, 576)
+    packed = kernel.pack(weight)
+    assert packed.dtype == torch.bfloat16 and packed.shape == (96, 576, 16)
+    got = kernel.linear(x, packed)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, few_row_linear.reference(x, weight), rtol=1e-5, atol=1e-4)
+    # Exactly the fp32 kernel's result on the same values: only the load differs.
+    assert torch.equal(got, kernel.linear(x, kernel.pack(weight.float())))
+    assert torch.equal(got[-1:], kernel.linear(x[-1:], packed))
+
+
 def test_pack_layout_is_blocks_of_16_columns(kernel) -> None:
     weight = torch.arange(32 * 3, dtype=torch.float32).view(32, 3)
     packed = kernel.pack(weight)
@@ -73,6 +90,10 @@ def test_bad_input_is_refused(kernel) -> None:
         kernel.pack(torch.randn(20, 8))
     with pytest.raises(RuntimeError, match="float32"):
         kernel.linear(torch.randn(2, 8, dtype=torch.float64), packed)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        kernel.pack(torch.randn(32, 8, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="from pack"):
+        kernel.linear(torch.randn(2, 8), packed.half())
 
 
 @needs_kernel
@@ -93,6 +114,27 @@ def test_linear_layers_take_the_kernel_from_one_row_to_a_verify_sized_step() -> 
         torch.testing.assert_close(layer(x[:rows]), expected[:rows], rtol=1e-5, atol=1e-5)
     # Past the rows measured faster on the kernel, torch's own kernel reads the (zeroed) weight.
     assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@needs_kernel
+@needs_mkl_packing
+def test_a_bf16_packed_layer_rounds_its_own_weight_so_every_row_count_agrees() -> None:
+    """Drafters pack in bf16: the layer's fp32 weight takes the same values, so the steps
+    past the kernel's rows (torch's kernel) compute with the weights the kernel reads."""
+    torch.manual_seed(0)
+    layer = Linear(64, 32, bias=True)
+    original = layer.weight.detach().clone()
+    packed_bytes, packer = prepack_linears(layer, packed_dtype=torch.bfloat16)
+    assert (packed_bytes, packer) == (64 * 32 * 2, "few-row kernel (bfloat16 copies)")
+    assert layer.packed is not None and layer.packed.dtype == torch.bfloat16
+    assert layer.weight.dtype == torch.float32
+    assert torch.equal(layer.weight, original.bfloat16().float())
+    x = torch.randn(layer.max_rows + 1, 64)
+    for rows in (1, 4, PACKED_MAX_ROWS):  # the kernel's result is torch's on the rounded weight
+        want = F.linear(x[:rows], layer.weight, layer.bias)
+        torch.testing.assert_close(layer(x[:rows]), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="float32"):
+        prepack_linears(Linear(64, 32), exact=True, packed_dtype=torch.bfloat16)
 
 
 @needs_kernel

@@ -47,6 +47,18 @@ def test_a_later_start_reads_the_verdict_instead_of_timing(tmp_path: Path) -> No
     assert len(json.loads(limits_file.read_text())) == 2
 
 
+def test_a_bf16_copy_has_a_verdict_of_its_own(tmp_path: Path) -> None:
+    """It streams half the bytes, so torch's kernel overtakes it at another row count."""
+    kernel = few_row_linear.load()
+    assert kernel is not None
+    weight = torch.randn(32, 64)
+    for packed in (kernel.pack(weight), kernel.pack(weight.bfloat16())):
+        kernel_rows.row_limit(kernel.linear, weight, packed, tmp_path)
+    keys = sorted(json.loads((tmp_path / "kernels" / kernel_rows.LIMITS_FILE).read_text()))
+    assert [key.endswith("|(32, 64)") for key in keys] == [True, False]
+    assert keys[1] == keys[0] + "|bfloat16 weights"
+
+
 def test_prepacking_gives_each_layer_its_shapes_verdict() -> None:
     torch.manual_seed(0)
     layer = Linear(64, 32, bias=True)

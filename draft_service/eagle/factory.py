@@ -34,12 +34,14 @@ def build_eagle_drafter(
     cuda_graphs: bool = True,
     prepack: bool = True,
     few_row_kernel: bool = True,
+    packed_weights: str = "bfloat16",
 ) -> Drafter:
     """The head's embedding, final norm and LM head come from the target's own checkpoint.
 
     On a CPU in fp32 the head's linear layers (fc, the layer's projections, the hot-vocabulary
     head) run their 1-16-row steps on prepacked weights, as the target's do (``prepack``,
-    ``few_row_kernel``: the target's --no-prepack and --no-few-row-kernel).
+    ``few_row_kernel``: the target's --no-prepack and --no-few-row-kernel); on the kernel in
+    ``packed_weights`` precision (bfloat16: half the bytes a step reads, docs/cpu.md).
     """
     checkpoint = resolve_checkpoint(model_path or default_model_path(), cache_dir)
     torch_dtype = getattr(torch, dtype)
@@ -51,7 +53,8 @@ def build_eagle_drafter(
     else:
         head = load_head(head_dir, checkpoint, torch_dtype, device)
     if prepack:
-        packed, packer = prepack_linears(head, cache_dir, few_row_kernel)
+        packed_dtype = getattr(torch, packed_weights)
+        packed, packer = prepack_linears(head, cache_dir, few_row_kernel, packed_dtype=packed_dtype)
         if packed:
             log.info("prepacked %.0f MiB of head weights for few-row steps (%s)",
                      packed / 2**20, packer)  # fmt: skip
