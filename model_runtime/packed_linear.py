@@ -11,7 +11,10 @@ to 3 rows (decode steps) take the kernel too: on a 2-core AMD EPYC torch's one-r
 through the stack went from 15.5-17.3 to 23.9-30.8 tok/s; on a 2-core Xeon a decode step with
 the kernel (--exact's, docs/exact-mode.md) took 44 ms against 47 with torch's. Past 16 rows
 (batched verifies and decodes, prefill chunks) a step takes the kernel in blocks of 16 for as
-many rows as it was measured faster than torch's kernel on this CPU (kernel_rows.py).
+many rows as it was measured faster than torch's kernel on this CPU (kernel_rows.py). The copy
+the kernel reads is the weight's quantized blocks where its values are a quantized
+checkpoint's (quantized_pack.py: a fifth of the bytes, the same results bit for bit), else
+fp32, or bf16 for drafters.
 """
 
 from __future__ import annotations
