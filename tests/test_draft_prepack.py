@@ -13,6 +13,7 @@ from draft_service import arguments
 from draft_service.drafter import ContextChunk, TreeShape
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.factory import build_eagle_drafter
+from draft_service.tree_types import DraftTree
 from model_runtime import quantized_pack
 from model_runtime.packed_linear import Linear, can_prepack
 from plumbing.paths import default_cache_dir
@@ -81,19 +82,24 @@ def test_a_draft_step_reads_the_packed_hot_head(packed: EagleDrafter) -> None:
     assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
 
 
+def first_trees(drafters: list[EagleDrafter], seed: int) -> list[DraftTree]:
+    """Each drafter's tree for the same random context of 64 tokens and hidden rows."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 49152, (65,), generator=gen).tolist()
+    hidden = torch.randn(64, drafters[0].head.hidden_size, generator=gen)
+    trees = []
+    for each in drafters:
+        each.append(ContextChunk("r", 0, tokens, 0, hidden))
+        trees.append(each.propose(["r"])[0])
+        each.release("r")
+    return trees
+
+
 def test_packed_and_unpacked_heads_draft_alike(
     packed: EagleDrafter, unpacked: EagleDrafter
 ) -> None:
     """Packing changes the rounding of the drafts' probabilities, not what they are."""
-    gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 49152, (65,), generator=gen).tolist()
-    hidden = torch.randn(64, packed.head.hidden_size, generator=gen)
-    trees = []
-    for each in (packed, unpacked):
-        each.append(ContextChunk("r", 0, tokens, 0, hidden))
-        trees.append(each.propose(["r"])[0])
-        each.release("r")
-    first, second = trees
+    first, second = first_trees([packed, unpacked], seed=1)
     assert first.num_nodes == second.num_nodes == SHAPE.num_draft_tokens
     assert (first.token_ids, first.parent_indices) == (second.token_ids, second.parent_indices)
     assert first.scores is not None and second.scores is not None
@@ -116,15 +122,7 @@ def test_a_head_packed_in_bf16_drafts_as_torch_does_on_its_rounded_weights(
     with torch.no_grad():
         for name, module in linears(rounded).items():
             module.weight.copy_(linears(packed_bf16)[name].weight)
-    gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(0, 49152, (65,), generator=gen).tolist()
-    hidden = torch.randn(64, packed_bf16.head.hidden_size, generator=gen)
-    trees = []
-    for each in (packed_bf16, rounded):
-        each.append(ContextChunk("r", 0, tokens, 0, hidden))
-        trees.append(each.propose(["r"])[0])
-        each.release("r")
-    first, second = trees
+    first, second = first_trees([packed_bf16, rounded], seed=2)
     assert (first.token_ids, first.parent_indices) == (second.token_ids, second.parent_indices)
     # The rounding is real: the fp32 head's weights differ; the hot head's do not.
     assert not torch.equal(linears(unpacked)["fc"].weight, linears(packed_bf16)["fc"].weight)
