@@ -49,6 +49,12 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
+def test_the_python_layout_is_the_kernels(kernel) -> None:
+    """dequantize() and kind() read copies that kernels/quantized_search.h lays out."""
+    expected = (GROUP, quantized_pack.Q4_1_BYTES, quantized_pack.Q8_0_BYTES)
+    assert kernel.group_bytes() == expected == (32, 320, 544)
+
+
 @pytest.mark.parametrize(
     ("make", "kind", "bits"), [(q4_1_weight, "q4_1", 5), (q8_0_weight, "q8_0", 8.5)]
 )
