@@ -1,5 +1,6 @@
 // y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32 rows, AVX-512; the weight packed
-// in fp32 or in bf16 (drafters: half the bytes a step streams, widened to fp32 as it is read).
+// in fp32, in bf16 (drafters: half the bytes a step streams, widened to fp32 as it is read), or
+// as the Q4_1 / Q8_0 blocks its values came from (quantized_weights.h: the fp32 copy's bits).
 //
 // Why: with so few rows a linear layer streams its whole weight from memory for very little
 // arithmetic. On 2 cores MKL's packed sgemm took ~1.8 ms per layer of the default model at 16
@@ -7,7 +8,8 @@
 // kernel prefetches the weight stream ahead of the multiply-adds so that the two overlap more.
 //
 // Layout: the weight is packed once as [N / 16][K][16] (16 output columns per block, one
-// 64-byte line per k in fp32, half of one in bf16), so each block is one contiguous stream.
+// 64-byte line per k in fp32, half of one in bf16; quantized copies: quantized_weights.h), so
+// each block is one contiguous stream.
 // Each output row accumulates over K in chunks of CHUNK (a fresh register sum per chunk, added
 // to the running total), which keeps the rounding error below that of a single K-long sum.
 #include <ATen/Parallel.h>

@@ -1,6 +1,7 @@
-"""The CPU kernels: the few-row linear (few_row_linear.cpp: fp32 rows, the weight packed in fp32
-or bf16) and the exact paged attention
-(exact_attention.h, which it includes), built as one module; build, load, the linear's reference.
+"""The CPU kernels: the few-row linear (few_row_linear.cpp: fp32 rows, the weight packed in fp32,
+bf16, or the Q4_1 / Q8_0 blocks its values came from: quantized_search.h finds them,
+quantized_weights.h reads them) and the exact paged attention (exact_attention.h), built as one
+module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
 ``<cache>/kernels/``, which takes about 20 s on 2 cores once per cache, source and torch version;
