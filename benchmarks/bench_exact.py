@@ -48,20 +48,22 @@ def engine(exact: bool) -> TargetEngine:
     return TargetEngine(config, model)
 
 
-def one_round(target: TargetEngine, round_index: int) -> dict[str, float]:
-    """ms of a 256-token prefill, a decode step and a 16-node verify, on a fresh request."""
+def one_round(target: TargetEngine, round_index: int, context: int = 256) -> dict[str, float]:
+    """ms of a ``context``-token prefill, then a decode step (median of 8) and a 16-node verify
+    after it, on a fresh request."""
     slots = iter(range(NUM_SLOTS))
     rid = f"r{round_index}"
-    prompt = [(37 * i) % 5000 + 10 for i in range(256)]
+    prompt = [(37 * i) % 5000 + 10 for i in range(context)]
     started = time.perf_counter()
     target.forward([StepItem(rid, prompt, 0, [next(slots) for _ in prompt], True, GREEDY)])
     prefill_ms = (time.perf_counter() - started) * 1e3
-    decode = [target.forward([StepItem(rid, [5], 256 + i, [next(slots)])]).forward_ms
+    decode = [target.forward([StepItem(rid, [5], context + i, [next(slots)])]).forward_ms
               for i in range(8)]  # fmt: skip
-    tree = VerifyItem(rid, 264, [5] * 16, [-1, *range(15)], [next(slots) for _ in range(16)])
+    tree = VerifyItem(rid, context + 8, [5] * 16, [-1, *range(15)],
+                      [next(slots) for _ in range(16)])  # fmt: skip
     verify_ms = target.verify([tree]).forward_ms
     target.release([rid])
-    return {"prefill256_ms": prefill_ms, "decode_ms": statistics.median(decode),
+    return {f"prefill{context}_ms": prefill_ms, "decode_ms": statistics.median(decode),
             "verify16_ms": verify_ms}  # fmt: skip
 
 

@@ -2,74 +2,71 @@
 // Included by few_row_linear.cpp, so the CPU kernels build as one translation unit (torch's
 // headers, most of the build time, are compiled once).
 //
-// Why: torch's attention gathers a padded [B, K] context per step, and how it blocks its sums
-// depends on the step's shape, so a token's output rounds differently in a 1-token decode than
-// in a 16-token verify. Here each (token, head) is computed by one thread walking that token's
-// own logical keys in order: scores (a 16-lane dot product per key, reduced in a fixed order),
-// their max, the exponentials summed key by key, then the values weighted key by key. Nothing
-// depends on the other queries of the step or on how the threads split the work, so a token gets
-// the same bits in a decode, a prefill chunk or a tree verify (the target's --exact mode).
+// Why: torch's attention gathers a padded [B, K] context per step (a copy of every request's
+// keys and values, per layer), and how it blocks its sums depends on the step's shape, so a
+// token's output rounds differently in a 1-token decode than in a 16-token verify. Here every
+// (token, head) gets the same arithmetic over that token's own logical keys in order
+// (attention_tile.h), whatever else shares the step and however the threads split the work: a
+// token has the same bits in a decode, a prefill chunk or a tree verify. The target's --exact
+// mode needs that; the default CPU path (float32, --attention auto) uses the kernel for its
+// speed: the attention itself runs 2-8x faster than torch's on the default model (docs/cpu.md).
+//
+// Work: the step's tokens are cut into tiles, runs of at most TILE consecutive tokens of one
+// request (a tree's nodes, a prefill chunk; a decode is a tile of one), and each (tile, head)
+// is one task.
 #pragma once
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <vector>
-#include <immintrin.h>
 #include <ATen/ATen.h>
 
+#include "attention_tile.h"
+
 namespace exact {
-
-constexpr int64_t LANES = 16;
-
-// Lanes i..i+15 that lie below n (head dims that are not a multiple of 16 take a masked tail).
-__mmask16 lanes_below(int64_t i, int64_t n) {
-  return n - i >= LANES ? static_cast<__mmask16>(0xFFFF)
-                        : static_cast<__mmask16>((1u << (n - i)) - 1u);
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += LANES) {
-    const __mmask16 m = lanes_below(i, n);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
-struct Keys {
-  const int64_t* table_row;
-  const int64_t* path;
-  int64_t prefix;
-  int64_t slot(int64_t j) const { return j < prefix ? table_row[j] : path[j - prefix]; }
-};
-
-void one_head(const float* q, const float* k_pool, const float* v_pool, const Keys& keys,
-              int64_t num_keys, int64_t head_offset, int64_t slot_stride, int64_t dim,
-              float scale, float* out, std::vector<float>& scores) {
-  scores.resize(num_keys);
-  float top = -INFINITY;
-  for (int64_t j = 0; j < num_keys; ++j) {
-    scores[j] = dot(q, k_pool + keys.slot(j) * slot_stride + head_offset, dim) * scale;
-    top = std::max(top, scores[j]);
-  }
-  float total = 0.0f;
-  for (int64_t j = 0; j < num_keys; ++j) {
-    scores[j] = std::exp(scores[j] - top);
-    total += scores[j];
-  }
-  for (int64_t i = 0; i < dim; i += LANES) {
-    const __mmask16 m = lanes_below(i, dim);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t j = 0; j < num_keys; ++j) {
-      const float* v = v_pool + keys.slot(j) * slot_stride + head_offset + i;
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]), _mm512_maskz_loadu_ps(m, v), acc);
-    }
-    _mm512_mask_storeu_ps(out + i, m, _mm512_div_ps(acc, _mm512_set1_ps(total)));
-  }
-}
 
 void check(const at::Tensor& t, int64_t dims, c10::ScalarType type, const char* name) {
   TORCH_CHECK(t.dim() == dims && t.scalar_type() == type && t.is_contiguous() && !t.is_cuda(),
               name, ": expected a contiguous CPU tensor of ", dims, " dims and type ", type);
+}
+
+// Each run of consecutive tokens of one request, cut into tiles of at most TILE tokens of
+// near-equal sizes (17 tokens: 6, 6, 5), as [first, last) pairs.
+std::vector<std::pair<int64_t, int64_t>> tiles_of(const int64_t* rows, int64_t tokens) {
+  std::vector<std::pair<int64_t, int64_t>> tiles;
+  for (int64_t first = 0; first < tokens;) {
+    int64_t last = first + 1;
+    while (last < tokens && rows[last] == rows[first]) ++last;
+    const int64_t count = (last - first + TILE - 1) / TILE;
+    for (int64_t i = 0; i < count; ++i)
+      tiles.emplace_back(first + (last - first) * i / count, first + (last - first) * (i + 1) / count);
+    first = last;
+  }
+  return tiles;
+}
+
+// Where the tile's tokens read and write for head h, and the keys they all see.
+struct Step {
+  const float* q;
+  float* out;
+  const int64_t *rows, *lens, *prefixes, *table, *path;
+  int64_t heads, table_width, path_width, dim;
+};
+
+Tile tile_for(const Step& step, int64_t first, int64_t last, int64_t h) {
+  Tile tile{};
+  tile.size = last - first;
+  tile.shared = INT64_MAX;
+  for (int64_t t = first; t < last; ++t) {
+    const int64_t n = t - first, offset = (t * step.heads + h) * step.dim;
+    tile.q[n] = step.q + offset;
+    tile.out[n] = step.out + offset;
+    tile.keys[n] = Keys{step.table + step.rows[t] * step.table_width,
+                        step.path + t * step.path_width, step.prefixes[t]};
+    tile.num_keys[n] = step.lens[t];
+    tile.shared = std::min({tile.shared, step.prefixes[t], step.lens[t]});
+  }
+  return tile;
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool,
@@ -86,21 +83,23 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Te
   const int64_t kv_heads = k_pool.size(1), group = heads / kv_heads;
   TORCH_CHECK(heads % kv_heads == 0, "heads must be a multiple of the KV heads");
   TORCH_CHECK(v_pool.sizes() == k_pool.sizes() && k_pool.size(2) == dim, "pool shapes differ");
-  auto out = at::empty_like(q);
+  auto out = at::zeros_like(q);
+  const Step step{q.data_ptr<float>(), out.data_ptr<float>(), query_row.data_ptr<int64_t>(),
+                  query_len.data_ptr<int64_t>(), prefix_len.data_ptr<int64_t>(),
+                  table.data_ptr<int64_t>(), path.data_ptr<int64_t>(), heads, table.size(1),
+                  path.size(1), dim};
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  const float *qp = q.data_ptr<float>(), *kp = k_pool.data_ptr<float>();
-  const float* vp = v_pool.data_ptr<float>();
-  const int64_t *rows = query_row.data_ptr<int64_t>(), *lens = query_len.data_ptr<int64_t>();
-  const int64_t* prefixes = prefix_len.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  at::parallel_for(0, tokens * heads, 1, [&](int64_t begin, int64_t end) {
+  const auto tiles = tiles_of(step.rows, tokens);
+  const int64_t num_tiles = static_cast<int64_t>(tiles.size());
+  // Head-major, so that threads given contiguous ranges get equal shares of every tile.
+  at::parallel_for(0, heads * num_tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t index = begin; index < end; ++index) {
-      const int64_t t = index / heads, h = index % heads;
-      const Keys keys{table.data_ptr<int64_t>() + rows[t] * table.size(1),
-                      path.data_ptr<int64_t>() + t * path.size(1), prefixes[t]};
-      one_head(qp + index * dim, kp, vp, keys, lens[t], (h / group) * dim, kv_heads * dim, dim,
-               scale, op + index * dim, scores);
+      const int64_t h = index / num_tiles;
+      const Head head{k_pool.data_ptr<float>(), v_pool.data_ptr<float>(), (h / group) * dim,
+                      kv_heads * dim, dim};
+      const auto [first, last] = tiles[index % num_tiles];
+      one_tile(tile_for(step, first, last, h), head, scale, scores);
     }
   });
   return out;

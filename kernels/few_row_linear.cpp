@@ -21,7 +21,7 @@
 // pybind11 with torch's Tensor casters: half the compile time of torch/extension.h
 #include <torch/csrc/utils/pybind.h>
 
-#include "exact_attention.h"  // the CPU paged attention (the target's --exact mode)
+#include "exact_attention.h"  // the CPU paged attention (the target's default on CPU in fp32)
 #include "quantized_search.h"  // finds a weight's Q4_1 or Q8_0 blocks (quantized_weights.h)
 
 namespace {

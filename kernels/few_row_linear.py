@@ -29,7 +29,13 @@ log = logging.getLogger("splitspec.kernels")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "few_row_linear.cpp"
-HEADERS = ("exact_attention.h", "quantized_weights.h", "quantized_search.h")
+HEADERS = (
+    "exact_attention.h",
+    "attention_tile.h",
+    "vector_math.h",
+    "quantized_weights.h",
+    "quantized_search.h",
+)
 SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
@@ -58,8 +64,10 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
     """
     reason = unavailable_reason()
     if reason is not None:
-        log.warning("few-row linear kernel off: %s; decode and verify steps use torch's or "
-                    "MKL's kernels", reason)
+        log.warning(
+            "few-row linear kernel off: %s; decode and verify steps use torch's or MKL's kernels",
+            reason,
+        )
         return None
     from plumbing.paths import default_cache_dir
 

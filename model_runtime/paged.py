@@ -10,12 +10,15 @@ committed context are its ancestors, root first).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
 from torch import Tensor
+
+log = logging.getLogger("splitspec.target")
 
 
 @dataclass
@@ -85,16 +88,22 @@ def for_trees(
 _cpu_kernels: ModuleType | None = None  # kernels/exact_attention.h, once loaded
 
 
-def load_cpu_kernel(cache_dir: Path) -> None:
-    """Loads (building once if needed) the CPU attention kernel; a clear error where it cannot
-    be had. Called by an engine on the paged backend on CPU before its first step."""
+def load_cpu_kernel(cache_dir: Path, fallback: bool = False) -> bool:
+    """Loads (building once if needed) the CPU attention kernel; True once loaded. Where it
+    cannot be had: False with a warning when ``fallback`` (the backend was only "auto"'s
+    choice, and the torch backend serves instead), else a clear error. Called by an engine on
+    the paged backend on CPU before its first step."""
     global _cpu_kernels
     from kernels import few_row_linear
 
     _cpu_kernels = few_row_linear.load(cache_dir)
-    if _cpu_kernels is None:
-        reason = few_row_linear.unavailable_reason() or "its build failed (see the log)"
-        raise RuntimeError(f"the paged attention backend on CPU needs the CPU kernels: {reason}")
+    if _cpu_kernels is not None:
+        return True
+    reason = few_row_linear.unavailable_reason() or "its build failed (see the log)"
+    if fallback:
+        log.warning("the paged CPU attention kernel is off (%s): attention runs on torch", reason)
+        return False
+    raise RuntimeError(f"the paged attention backend on CPU needs the CPU kernels: {reason}")
 
 
 def paged_attention(

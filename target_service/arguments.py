@@ -99,7 +99,8 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         "prefill and verify, with merged projections, on CUDA; a C++ kernel on CPU), 'torch' "
         "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
         "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
-        "(default: paged on CUDA where triton is installed, torch on CPU)",
+        "(default: paged on CUDA where triton is installed; on CPU paged in float32 where the C++ "
+        "kernel builds (AVX-512), else torch)",
     )
     group.add_argument(
         "--no-prepack",

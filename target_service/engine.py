@@ -52,8 +52,8 @@ class TargetEngine:
             model.config.max_position, config.max_tree_tokens, config.max_decode_steps,
         )  # fmt: skip
         self.paged = config.paged_metadata
-        if self.paged and self.device.type == "cpu":
-            paged.load_cpu_kernel(config.cache_dir)  # kernels/exact_attention.h
+        if self.paged and self.device.type == "cpu":  # kernels/exact_attention.h
+            self.paged = paged.load_cpu_kernel(config.cache_dir, config.attention == "auto")
         elif self.paged:
             flashinfer = config.attention_backend == "flashinfer"
             paged.use_cuda_kernel("flashinfer" if flashinfer else "triton")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kernels import few_row_linear
 from target_service.config import TargetConfig
 
 
@@ -25,7 +26,13 @@ def test_exact_on_cuda_takes_bf16() -> None:
     assert config(exact=True, attention="paged", device="cuda", dtype="bfloat16").exact
 
 
-def test_auto_attention_is_torch_on_cpu_and_unknown_backends_are_refused() -> None:
-    assert config().attention_backend == "torch"
+def test_auto_attention_on_cpu_is_the_paged_kernel_in_fp32_where_it_builds() -> None:
+    can_build = few_row_linear.unavailable_reason() is None
+    assert config().attention_backend == ("paged" if can_build else "torch")
+    assert config(dtype="bfloat16").attention_backend == "torch"  # the kernel is fp32
+    assert config(attention="torch").attention_backend == "torch"
+
+
+def test_unknown_attention_backends_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown attention"):
         config(attention="flash")
