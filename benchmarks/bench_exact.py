@@ -4,8 +4,9 @@
                                    [--stack-prompts 6]
 
 In-process engines (no gRPC), fp32, the default model with its real weights: a one-token decode
-at ~200 tokens of context, a 16-node chain verify, and a 256-token prefill, for the default
-numerics (torch attention, few-row kernel for 4-16 rows) and --exact (paged C++ attention, the
+after a 256-token prefill, a 16-node chain verify, and the prefill, for the default numerics
+(--attention auto: the paged C++ attention on an AVX-512 CPU since 2026-12-06, torch's before;
+the few-row kernel up to its timed row limits) and --exact (the paged C++ attention, the
 few-row kernel for every row count). The two engines alternate round by round so that drift in
 the machine's load hits both; medians of each.
 
@@ -44,7 +45,7 @@ def engine(exact: bool) -> TargetEngine:
     model = load_model(default_model_path(), torch.float32, torch.device("cpu"), cache)
     prepack_linears(model, cache, exact=exact)
     config = TargetConfig(model_path=default_model_path(), cache_dir=cache, num_slots=NUM_SLOTS,
-                          attention="paged" if exact else "torch", exact=exact)  # fmt: skip
+                          attention="paged" if exact else "auto", exact=exact)  # fmt: skip
     return TargetEngine(config, model)
 
 
