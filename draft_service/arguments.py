@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_drafter_flags(group: argparse._ArgumentGroup) -> None:
-    tree = "default by device: 5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA"
+    tree = "default by drafter and device: EAGLE 5, 4, 8 on CPU, 8, 8, 64 on CUDA; n-gram 5, 4, 16"
     group.add_argument(
         "--method",
         default="ngram",
@@ -158,9 +158,14 @@ def _add_test_drafter_flags(group: argparse._ArgumentGroup) -> None:
 
 # (steps, topk, tokens) where the flags leave them out. On the H200 a 64-node verify costs about
 # what a 16-node one does and a bigger tree accepts more: 3.04 against 2.55 tokens a round,
-# 0.46x against 0.42x target-only (benchmarks/results/gpu_tree_shapes_2026-12-01.json).
-CPU_TREE = (5, 4, 16)
+# 0.46x against 0.42x target-only (benchmarks/results/gpu_tree_shapes_2026-12-01.json). On a
+# CPU a verify is bound by its multiply-adds, so its cost follows the node count: with decode
+# steps made cheap (quantized copies, the paged attention) 8 nodes beat 16 in each of six paired
+# runs on ShareGPT and HumanEval (docs/cpu.md, "Tree shapes"). The n-gram drafter's default was
+# not measured against it and stays.
+CPU_EAGLE_TREE = (5, 4, 8)
 CUDA_EAGLE_TREE = (8, 8, 64)
+NGRAM_TREE = (5, 4, 16)
 
 
 def config_from_args(args: argparse.Namespace) -> DraftConfig:
@@ -168,7 +173,9 @@ def config_from_args(args: argparse.Namespace) -> DraftConfig:
     if device is None:
         device = "cuda" if args.method == "eagle" and torch.cuda.is_available() else "cpu"
     on_gpu = args.method == "eagle" and device.startswith("cuda")
-    defaults = CUDA_EAGLE_TREE if on_gpu else CPU_TREE
+    defaults = NGRAM_TREE
+    if args.method == "eagle":
+        defaults = CUDA_EAGLE_TREE if on_gpu else CPU_EAGLE_TREE
     given = (args.num_steps, args.topk, args.num_draft_tokens)
     num_steps, topk, num_draft_tokens = (
         g if g is not None else d for g, d in zip(given, defaults, strict=True)

@@ -85,7 +85,7 @@ def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
-    tree = "default: the draft service's by device (5, 4, 16 on CPU; 8, 8, 64 for EAGLE on CUDA)"
+    tree = "default: the draft service's (EAGLE 5, 4, 8 on CPU, 8, 8, 64 on CUDA; n-gram 5, 4, 16)"
     group.add_argument(
         "--draft-method",
         choices=["auto", "eagle", "ngram", "off"],

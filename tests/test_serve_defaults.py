@@ -78,7 +78,8 @@ def draft_config(*argv: str):
 
 def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
     shape = lambda c: (c.num_steps, c.topk, c.num_draft_tokens)  # noqa: E731
-    assert shape(draft_config("--method", "eagle", "--device", "cpu")) == (5, 4, 16)
+    assert shape(draft_config("--method", "eagle", "--device", "cpu")) == (5, 4, 8)
+    assert shape(draft_config("--method", "ngram", "--device", "cpu")) == (5, 4, 16)
     assert shape(draft_config("--method", "ngram", "--device", "cuda")) == (5, 4, 16)
     on_gpu = draft_config("--method", "eagle", "--device", "cuda", "--topk", "6")
     assert shape(on_gpu) == (8, 6, 64)  # the CUDA default, the given flag kept
