@@ -18,7 +18,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-log = logging.getLogger("splitspec.target")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,14 +88,21 @@ def for_trees(
 _cpu_kernels: ModuleType | None = None  # kernels/exact_attention.h, once loaded
 
 
-def load_cpu_kernel(cache_dir: Path, fallback: bool = False) -> bool:
-    """Loads (building once if needed) the CPU attention kernel; True once loaded. Where it
-    cannot be had: False with a warning when ``fallback`` (the backend was only "auto"'s
-    choice, and the torch backend serves instead), else a clear error. Called by an engine on
-    the paged backend on CPU before its first step."""
+def load_cpu_kernel(
+    cache_dir: Path, fallback: bool = False, dtype: torch.dtype = torch.float32
+) -> bool:
+    """Loads (building once if needed) the CPU attention kernel, float32 only; True once loaded.
+    Where it cannot serve (another dtype, or no kernel): False when ``fallback`` (the backend
+    was only "auto"'s choice, and the torch backend serves instead; logged where the kernel
+    is missing), else a clear error. Called by an engine on the paged backend on CPU before its
+    first step."""
     global _cpu_kernels
     from kernels import few_row_linear
 
+    if dtype != torch.float32:
+        if fallback:
+            return False
+        raise ValueError(f"the paged attention backend on CPU is float32; the model is {dtype}")
     _cpu_kernels = few_row_linear.load(cache_dir)
     if _cpu_kernels is not None:
         return True

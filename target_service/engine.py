@@ -53,7 +53,8 @@ class TargetEngine:
         )  # fmt: skip
         self.paged = config.paged_metadata
         if self.paged and self.device.type == "cpu":  # kernels/exact_attention.h
-            self.paged = paged.load_cpu_kernel(config.cache_dir, config.attention == "auto")
+            auto = config.attention == "auto"
+            self.paged = paged.load_cpu_kernel(config.cache_dir, auto, self.dtype)
         elif self.paged:
             flashinfer = config.attention_backend == "flashinfer"
             paged.use_cuda_kernel("flashinfer" if flashinfer else "triton")

@@ -5,16 +5,23 @@ The kernel reads the keys that all tokens of a tile see once for the tile, and s
 16 lanes together with 15 other keys'. Neither may change a token's bits: a tree node verified
 with 1 to 40 others (tiles of up to 8, cut where another request's tokens come between) must
 equal the same node attended alone, and equal the same token prefilled in a chunk once its path
-is committed; with contexts that end inside a block of 16 keys and on its edge.
+is committed; with contexts that end inside a block of 16 keys and on its edge. And the
+target's --attention auto takes the kernel on CPU only for a float32 model.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 from kernels import few_row_linear, paged_reference
 from plumbing.paths import default_cache_dir
+from target_service.config import TargetConfig
+from target_service.engine import TargetEngine
+from tests.helpers.spec_fixtures import load_copy
+from tests.helpers.tiny_llama import engine_model_dir_fixture  # noqa: F401 (fixture)
 
 UNAVAILABLE = few_row_linear.unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels: {UNAVAILABLE}")
@@ -99,3 +106,14 @@ def test_a_token_with_no_keys_gets_zeros_not_nans() -> None:
                  torch.zeros(2, 1, dtype=torch.long))  # fmt: skip
     assert torch.equal(out[0], torch.zeros(HEADS, 64))
     assert torch.isfinite(out[1]).all()
+
+
+def test_auto_attention_takes_the_kernel_for_float32_models_only(engine_model_dir: Path) -> None:
+    def engine(dtype: torch.dtype, attention: str = "auto") -> TargetEngine:
+        config = TargetConfig(Path("."), default_cache_dir(), num_slots=64, attention=attention)
+        return TargetEngine(config, load_copy(engine_model_dir, "cpu", dtype))
+
+    assert engine(torch.float32).paged
+    assert not engine(torch.float64).paged  # torch's attention serves other dtypes
+    with pytest.raises(ValueError, match="paged attention backend on CPU is float32"):
+        engine(torch.float64, attention="paged")
