@@ -14,6 +14,7 @@ from draft_service.drafter import ContextChunk, TreeShape
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.factory import build_eagle_drafter
 from draft_service.tree_types import DraftTree
+from kernels import few_row_linear
 from model_runtime import quantized_pack
 from model_runtime.packed_linear import Linear, can_prepack
 from plumbing.paths import default_cache_dir
@@ -128,6 +129,25 @@ def test_a_head_packed_in_bf16_drafts_as_torch_does_on_its_rounded_weights(
     assert not torch.equal(linears(unpacked)["fc"].weight, linears(packed_bf16)["fc"].weight)
     hot = [linears(each)["hot_head"].weight for each in (unpacked, packed_bf16)]
     assert torch.equal(*hot)
+
+
+@pytest.mark.skipif(few_row_linear.unavailable_reason() is not None,
+                    reason=f"CPU kernels: {few_row_linear.unavailable_reason()}")  # fmt: skip
+def test_the_paged_attention_drafts_as_torchs_does(packed: EagleDrafter) -> None:
+    """On a CPU in fp32 the factory puts the head's eager steps (the append and the tree
+    search) on the target's paged attention kernel, which reads the keys in place; only the
+    rounding of the attention differs from torch's gather, not the drafts."""
+    assert packed.paged_eager
+    with_kernel = first_trees([packed], seed=3)[0]
+    packed.paged_eager = False
+    try:
+        with_torch = first_trees([packed], seed=3)[0]
+    finally:
+        packed.paged_eager = True
+    assert with_kernel.token_ids == with_torch.token_ids
+    assert with_kernel.parent_indices == with_torch.parent_indices
+    assert with_kernel.scores is not None and with_torch.scores is not None
+    torch.testing.assert_close(torch.tensor(with_kernel.scores), torch.tensor(with_torch.scores))
 
 
 def test_the_service_flag_turns_packing_off() -> None:

@@ -76,6 +76,8 @@ class EagleDrafter(Drafter):
         self.append_graphs: AppendGraphRunner | None = None
         self.clock = DeviceClock(self.device)
         self.pad_eager_appends = self.device.type == "cuda"  # eager_bucket: its cost is the host's
+        # Eager steps on the paged attention (the CPU kernel), set by the factory where it loads.
+        self.paged_eager = False
 
     # ---- Drafter interface ----------------------------------------------------------------
 
@@ -226,8 +228,8 @@ class EagleDrafter(Drafter):
             runner.run([new_pairs(w) for w in work])
         else:
             with self.clock.region():
-                pad = self.pad_eager_appends
-                run_pairs_eagerly(self.head, self.pool, self.rows, work, pad_to_bucket=pad)
+                pad, paged = self.pad_eager_appends, self.paged_eager
+                run_pairs_eagerly(self.head, self.pool, self.rows, work, pad, paged)
         for w in work:
             w.state.pending = w.state.pending[w.count :]
             w.state.slots.extend(w.slots)
@@ -274,10 +276,10 @@ class EagleDrafter(Drafter):
         scratch = self.pool.scratch[: len(states) * width].view(len(states), width)
         rows = torch.tensor([st.row for st in states], device=self.device)
         lens = torch.tensor([len(st.slots) for st in states], device=self.device)
-        return SearchInputs(
-            root_features=self.rows.features[rows],
-            context_lens=lens,
-            scratch_slots=scratch,
-            # Columns past a request's length hold old slots: the masks never admit them.
-            context_slots=self.rows.slots[rows, : max(len(st.slots) for st in states)],
-        )
+        common = {"root_features": self.rows.features[rows], "context_lens": lens,
+                  "scratch_slots": scratch}  # fmt: skip
+        if self.paged_eager:
+            return SearchInputs(**common, table=self.rows.slots, table_rows=rows)
+        # Columns past a request's length hold old slots: the masks never admit them.
+        context = self.rows.slots[rows, : max(len(st.slots) for st in states)]
+        return SearchInputs(**common, context_slots=context)

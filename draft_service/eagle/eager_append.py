@@ -9,7 +9,8 @@ from draft_service.eagle.head import EagleHead
 from draft_service.eagle.pool import DraftKVPool
 from draft_service.eagle.request_state import PairWork
 from draft_service.eagle.rows import DraftRows
-from model_runtime.attention import build_metadata
+from model_runtime.attention import AttentionMetadata, build_metadata
+from model_runtime.paged import PagedMetadata, for_sequences
 
 
 def eager_bucket(num_pairs: int) -> int:
@@ -22,10 +23,16 @@ def eager_bucket(num_pairs: int) -> int:
 
 
 def run_pairs_eagerly(
-    head: EagleHead, pool: DraftKVPool, rows: DraftRows, work: list[PairWork], pad_to_bucket: bool
+    head: EagleHead,
+    pool: DraftKVPool,
+    rows: DraftRows,
+    work: list[PairWork],
+    pad_to_bucket: bool,
+    paged: bool = False,
 ) -> None:
     """One causal head forward over the work's pairs: their slots go into the requests' table
-    rows, each request's last feature into the feature table."""
+    rows, each request's last feature into the feature table. ``paged``: attention through
+    the paged backend, which reads each pair's keys from its table row in place."""
     num_pairs = sum(w.count for w in work)
     pad = eager_bucket(num_pairs) - num_pairs if pad_to_bucket else 0
     device = rows.slots.device
@@ -34,14 +41,17 @@ def run_pairs_eagerly(
     requests = [[w.start, w.count, w.state.row] for w in work]
     requests += [[0, pad, rows.pad_row]] if pad else []
     per_request = torch.tensor(requests).to(device)
-    longest = max(start + count for start, count, _ in requests)
-    meta = build_metadata(
-        write_slots=per_token[2],
-        key_slots=rows.slots[per_request[:, 2], :longest],
-        start_pos=per_request[:, 0],
-        num_new=per_request[:, 1],
-        num_query=max(count for _, count, _ in requests),
-    )
+    meta: PagedMetadata | AttentionMetadata
+    if paged:
+        meta = for_sequences(rows.slots, per_token[3], per_token[1], per_token[2], pool.dummy_slot)
+    else:
+        meta = build_metadata(
+            write_slots=per_token[2],
+            key_slots=rows.slots[per_request[:, 2], : max(s + n for s, n, _ in requests)],
+            start_pos=per_request[:, 0],
+            num_new=per_request[:, 1],
+            num_query=max(count for _, count, _ in requests),
+        )
     pending = [w.state.pending[: w.count] for w in work]
     hidden = torch.cat(pending + [pending[0].new_zeros(pad, pending[0].shape[1])]).to(device)
     out = head(per_token[0], hidden, per_token[1], pool.kv, meta)

@@ -12,6 +12,7 @@ from draft_service.eagle.append_graphs import AppendGraphRunner
 from draft_service.eagle.drafter import EagleDrafter
 from draft_service.eagle.head import load_head, random_head
 from draft_service.eagle.search_graphs import SearchGraphRunner
+from model_runtime import paged
 from model_runtime.fused_layers import merge_layer_projections
 from model_runtime.loading import default_model_path, resolve_checkpoint
 from model_runtime.packed_linear import prepack_linears
@@ -61,6 +62,10 @@ def build_eagle_drafter(
     drafter = EagleDrafter(head, shape, num_slots)
     if device.startswith("cuda") and cuda_graphs:
         attach_graphs(drafter)
+    elif device == "cpu" and torch_dtype == torch.float32:
+        # The target's CPU attention kernel (kernels/exact_attention.h): its own head steps
+        # read their keys in place too, instead of torch's gather of every context per step.
+        drafter.paged_eager = paged.load_cpu_kernel(cache_dir, fallback=True)
     return drafter
 
 
