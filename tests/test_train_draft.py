@@ -30,6 +30,7 @@ from draft_service.eagle.train.train import TrainConfig, Trainer, init_head
 from draft_service.eagle.train.unroll import unrolled_features
 from draft_service.tree_types import DraftTree
 from model_runtime.attention import build_metadata
+from plumbing.paths import default_cache_dir
 from target_service.config import TargetConfig
 from target_service.engine import StepItem, TargetEngine
 from target_service.request_table import SamplingSpec
@@ -86,7 +87,9 @@ def test_bundle_round_trip(tmp_path: Path) -> None:
 
 def engine_greedy(model, prompt: list[int], num_new: int) -> tuple[list[int], torch.Tensor]:  # type: ignore[no-untyped-def]
     """What the target service generates (prefill + decode steps) and keeps in its hidden pool."""
-    engine = TargetEngine(TargetConfig(Path("unused"), Path("unused"), num_slots=256,
+    # The real cache folder: an engine on CPU may load the attention kernel from it (a relative
+    # dummy path had it built into the working tree).
+    engine = TargetEngine(TargetConfig(Path("unused"), default_cache_dir(), num_slots=256,
                                        max_requests=4, max_context=256), model)
     spec = SamplingSpec(temperature=0.0, top_p=1.0, top_k=0, seed=0)
     n = len(prompt)
