@@ -146,13 +146,14 @@ void tile_scores(const Tile& tile, const Head& head, float scale, std::vector<fl
   auto from_row = [row](int64_t j) { return row[j]; };
   for (int64_t b = 0; b < shared_blocks; ++b)
     for (int64_t t = 0; t < tile.size; ++t)
-      score_block<C>(tile.q[t], head, from_row, b * LANES, LANES, scale, scores.data() + t * stride);
+      score_block<C>(tile.q[t], head, from_row, b * LANES, LANES, scale,
+                     scores.data() + t * stride);
   for (int64_t t = 0; t < tile.size; ++t) {
     const Keys& keys = tile.keys[t];
     auto from_keys = [&keys](int64_t j) { return keys.slot(j); };
     for (int64_t j = shared_blocks * LANES; j < tile.num_keys[t]; j += LANES)
       score_block<C>(tile.q[t], head, from_keys, j, std::min(LANES, tile.num_keys[t] - j), scale,
-                  scores.data() + t * stride);
+                     scores.data() + t * stride);
   }
 }
 

@@ -38,9 +38,9 @@ std::vector<std::pair<int64_t, int64_t>> tiles_of(const int64_t* rows, int64_t t
   for (int64_t first = 0; first < tokens;) {
     int64_t last = first + 1;
     while (last < tokens && rows[last] == rows[first]) ++last;
-    const int64_t count = (last - first + TILE - 1) / TILE;
+    const int64_t run = last - first, count = (run + TILE - 1) / TILE;
     for (int64_t i = 0; i < count; ++i)
-      tiles.emplace_back(first + (last - first) * i / count, first + (last - first) * (i + 1) / count);
+      tiles.emplace_back(first + run * i / count, first + run * (i + 1) / count);
     first = last;
   }
   return tiles;
