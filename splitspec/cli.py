@@ -9,6 +9,7 @@ import sys
 import grpc
 
 from plumbing.arg_types import int_between, utf8_text
+from plumbing.omp_spin import shorten_idle_spin
 from splitspec.bench import add_bench_parser
 from splitspec.connection import add_connection_flags, connection_from_args
 from splitspec.formats import add_format_flags
@@ -158,6 +159,8 @@ def _add_service(sub: argparse._SubParsersAction, name: str, help_text: str) -> 
 
 
 def _run_service(name: str, rest: list[str]) -> int:
+    if name != "router":
+        shorten_idle_spin(name)  # before the service's imports load torch
     if name == "target":
         from target_service.server import main as service_main
     elif name == "draft":

@@ -1,0 +1,67 @@
+"""The services' OpenMP spin count (plumbing/omp_spin.py) is in the environment when torch loads.
+
+libgomp reads GOMP_SPINCOUNT once, as torch loads it, so each check starts a service's real
+entry point in a fresh interpreter whose import hook notes the variable at torch's first import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Notes GOMP_SPINCOUNT when torch is first imported, then runs the entry point with --help.
+PROBE = """
+import importlib.abc, os, runpy, sys
+
+class NoteTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch":
+            print("at torch:", os.environ.get("GOMP_SPINCOUNT"), flush=True)
+            sys.meta_path.remove(self)
+        return None
+
+sys.meta_path.insert(0, NoteTorch())
+entry = sys.argv[1:]
+sys.argv = [entry[0], "--help"]
+if entry[0] == "cli":
+    from splitspec.cli import main
+    main([entry[1], "--help"])
+else:
+    runpy.run_module(entry[0], run_name="__main__")
+"""
+
+
+def spin_at_torch_import(args: list[str], **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=ROOT, env={**clean, **env},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    noted = [line for line in done.stdout.splitlines() if line.startswith("at torch:")]
+    assert noted, f"torch was never imported: {done.stdout[-500:]}"
+    return noted[0].removeprefix("at torch: ")
+
+
+@pytest.mark.parametrize(
+    "args, spins",
+    [
+        (["target_service"], "200000"),
+        (["draft_service"], "100000"),
+        (["cli", "target"], "200000"),
+        (["cli", "draft"], "100000"),
+    ],
+)
+def test_each_service_shortens_the_spin_before_torch_loads(args: list[str], spins: str) -> None:
+    assert spin_at_torch_import(args) == spins
+
+
+def test_the_users_own_setting_wins() -> None:
+    assert spin_at_torch_import(["target_service"], GOMP_SPINCOUNT="1234") == "1234"
+    assert spin_at_torch_import(["draft_service"], OMP_WAIT_POLICY="PASSIVE") == "None"
