@@ -11,9 +11,10 @@ worker holds a core that the other one's call needs.
 So each service sets a shorter spin of its own unless the user set one (GOMP_SPINCOUNT, or
 OMP_WAIT_POLICY, which sets libgomp's default): the target keeps 200,000 (5 ms, still longer
 than its gap between steps), the drafter 100,000 (2.5 ms; its steps come back to back within a
-round). Two stacks side by side on that box, requests alternating between them, 10 held-out
-ShareGPT prompts x 128 tokens three times over (2026-12-06): EAGLE 1.12x the default's tok/s and
-target-only 0.99x (both at 100,000: EAGLE 1.14-1.21x, target-only 0.94-0.97x).
+round). Two stacks side by side on that box, requests alternating between them
+(benchmarks/twin_stacks.py, 2026-12-06): EAGLE 1.12x libgomp's default's tok/s, target-only
+1.01x. Both services at 100,000 lost target-only 3-6%, at 20,000 12%: a worker that falls asleep
+between a step's own parallel regions must be woken for each.
 """
 
 from __future__ import annotations
