@@ -9,7 +9,7 @@ and a CPU drafter take turns, and for 7.5 ms after each turn the finished servic
 worker holds a core that the other one's call needs.
 
 So each service sets a shorter spin of its own unless the user set one (GOMP_SPINCOUNT, or
-OMP_WAIT_POLICY, which sets libgomp's default): the target keeps 200,000 (5 ms, still longer
+OMP_WAIT_POLICY, which sets libgomp's default): the target takes 200,000 (5 ms, still longer
 than its gap between steps), the drafter 100,000 (2.5 ms; its steps come back to back within a
 round). Two stacks side by side on that box, requests alternating between them
 (benchmarks/twin_stacks.py, 2026-12-06): EAGLE 1.12x libgomp's default's tok/s, target-only
