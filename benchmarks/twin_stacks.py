@@ -85,11 +85,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ports = dict(zip(STACKS, free_ports(2), strict=True))
     envs = {"A": args.env_a, "B": args.env_b}
     logs = Path(tempfile.mkdtemp(prefix="twin-stacks-"))
-    processes = {s: start_stack(ports[s], envs[s], args.serve_args, logs / f"{s}.log")
-                 for s in STACKS}  # fmt: skip
+    processes: dict[str, subprocess.Popen] = {}
     rows: list[dict[str, Any]] = []
     rounds = []
-    try:
+    try:  # the stack started first is stopped too when the second fails to start
+        for s in STACKS:
+            processes[s] = start_stack(ports[s], envs[s], args.serve_args, logs / f"{s}.log")
         clients = {s: Client(f"127.0.0.1:{ports[s]}") for s in STACKS}
         for r in range(args.rounds):
             rows += one_round(clients, prompts, args, r)

@@ -3,7 +3,7 @@
 torch's CPU kernels run on libgomp, which reads GOMP_SPINCOUNT once, when it loads: after each
 parallel region a worker spins that many times on a pause instruction before it sleeps. Its
 default, 300,000 spins, is 7.5 ms on the 2-core AMD EPYC dev box (25 ns a pause), longer than
-the gap between a target's decode steps (the router's ~2 ms), which is why it pays there: the
+the gap between a target's decode steps (~1.6 ms of RPC and router), which pays there: the
 workers are awake for the next step. But at batch 1 with speculation on one machine the target
 and a CPU drafter take turns, and for 7.5 ms after each turn the finished service's spinning
 worker holds a core that the other one's call needs.
