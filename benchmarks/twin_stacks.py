@@ -44,6 +44,7 @@ def start_stack(port: int, env: list[str], serve_args: list[str], log: Path) -> 
     while b"serving;" not in log.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
+            process.wait(60)
             raise RuntimeError(f"serve on {port} did not start: {log.read_text()[-2000:]}")
         time.sleep(1)
     return process
@@ -86,17 +87,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     envs = {"A": args.env_a, "B": args.env_b}
     logs = Path(tempfile.mkdtemp(prefix="twin-stacks-"))
     processes: dict[str, subprocess.Popen] = {}
+    clients: dict[str, Client] = {}
     rows: list[dict[str, Any]] = []
     rounds = []
     try:  # the stack started first is stopped too when the second fails to start
         for s in STACKS:
             processes[s] = start_stack(ports[s], envs[s], args.serve_args, logs / f"{s}.log")
-        clients = {s: Client(f"127.0.0.1:{ports[s]}") for s in STACKS}
+        clients.update({s: Client(f"127.0.0.1:{ports[s]}") for s in STACKS})
         for r in range(args.rounds):
             rows += one_round(clients, prompts, args, r)
             rounds.append(summary(rows))  # cumulative over the rounds so far
             print(f"after round {r}: {rounds[-1]}", flush=True)
     finally:
+        for client in clients.values():
+            client.close()
         for process in processes.values():
             process.send_signal(signal.SIGINT)
         for process in processes.values():
