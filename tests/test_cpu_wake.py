@@ -151,6 +151,7 @@ for line in sys.stdin:
 """
 
 
+@pytest.mark.serial  # SCHED_IDLE spinners starve beside the other xdist worker: alone
 def test_spinners_spin_while_their_service_works_and_sleep_once_it_idles() -> None:
     worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=REPO_ROOT, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
