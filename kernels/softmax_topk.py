@@ -1,6 +1,6 @@
 """The draft's k most likely tokens and their probabilities, softmax and top-k in two Triton passes.
 
-torch's softmax followed by topk(k) over the 8,192-token hot vocabulary ran as a softmax kernel
+torch's softmax followed by topk(k) over the 16,384-token hot vocabulary ran as a softmax kernel
 and a radix-select topk (gatherTopK, about 50 us a call on the H200 for 8 rows) at every level
 of the draft search: a third of the draft round's device time
 (benchmarks/results/gpu_draft_profile_2026-12-02.json). Here each row is cut into blocks of
@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-BLOCK = 2048  # columns per first-pass program: 4 for the 8,192-token hot vocabulary
+BLOCK = 2048  # columns per first-pass program: 8 for the 16,384-token hot vocabulary
 MAX_K = 64
 _NO_INDEX = 2**62  # larger than any column: the min over lanes that are not the maximum
 
