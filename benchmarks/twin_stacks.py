@@ -1,5 +1,6 @@
-"""Two `splitspec serve` stacks at once, A and B, differing only in their environment, with
-requests alternating between them: a paired A/B on a box whose speed drifts.
+"""Two `splitspec serve` stacks at once, A and B, differing only in their environment or in
+some of their flags, with requests alternating between them: a paired A/B on a box whose speed
+drifts.
 
 On the 2-core dev box the same stack's tok/s moves by a quarter within half an hour, so two
 stacks run one after the other compare the box's minutes as much as the change. Here both
@@ -11,12 +12,14 @@ leaves: 0.98-1.02x on 2026-12-06.
 
   python -m benchmarks.twin_stacks --env-a GOMP_SPINCOUNT=300000 --rounds 3 \
       --out benchmarks/results/cpu_omp_spin_2026-12-06.json --label new_forced
+  python -m benchmarks.twin_stacks --args-b "--draft-threads 1" --out F.json --label threads
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -85,6 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = load_prompts(args.prompts, args.num_prompts)
     ports = dict(zip(STACKS, free_ports(2), strict=True))
     envs = {"A": args.env_a, "B": args.env_b}
+    own_args = {"A": shlex.split(args.args_a), "B": shlex.split(args.args_b)}
     logs = Path(tempfile.mkdtemp(prefix="twin-stacks-"))
     processes: dict[str, subprocess.Popen] = {}
     clients: dict[str, Client] = {}
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds = []
     try:  # the stack started first is stopped too when the second fails to start
         for s in STACKS:
-            processes[s] = start_stack(ports[s], envs[s], args.serve_args, logs / f"{s}.log")
+            processes[s] = start_stack(ports[s], envs[s], own_args[s] + args.serve_args, logs / f"{s}.log")
         clients.update({s: Client(f"127.0.0.1:{ports[s]}") for s in STACKS})
         for r in range(args.rounds):
             rows += one_round(clients, prompts, args, r)
@@ -106,7 +110,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for process in processes.values():
             process.wait(60)
     return {"label": args.label, "benchmark": "twin_stacks", "when": utc_now(), "env_a": args.env_a,
-            "env_b": args.env_b, "serve_args": args.serve_args, "switch": args.switch,
+            "env_b": args.env_b, "args_a": args.args_a, "args_b": args.args_b,
+            "serve_args": args.serve_args, "switch": args.switch,
             "prompts": args.prompts, "num_prompts": args.num_prompts,
             "max_new_tokens": args.max_new_tokens, "rounds": rounds,
             "machine": machine_info(torch_threads=os.cpu_count() or 1),
@@ -118,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-a", nargs="*", default=[], help="NAME=VALUE for stack A")
     parser.add_argument("--env-b", nargs="*", default=[], help="NAME=VALUE for stack B")
+    parser.add_argument("--args-a", default="", help='flags for stack A alone, one string '
+                        '(e.g. "--draft-threads 1"), before --serve-args')
+    parser.add_argument("--args-b", default="", help="flags for stack B alone")
     parser.add_argument("--serve-args", nargs=argparse.REMAINDER, default=[],
                         help="the rest goes to both `splitspec serve`s (last)")
     parser.add_argument("--switch", action="store_true",
