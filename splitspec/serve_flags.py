@@ -131,8 +131,8 @@ def _add_demo_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--demo",
         action="store_true",
-        help="stream one generation once healthy, then (with a drafter) run it target-only: "
-        "the speed ratio, and whether the tokens are the same",
+        help="stream one generation once healthy, then (with a drafter) run it four more times, "
+        "speculation off, on, on, off: the speed ratio, and whether the tokens are the same",
     )
     group.add_argument("--demo-prompt", default=DEMO_PROMPT, help="the demo's chat message")
     group.add_argument(
