@@ -16,7 +16,8 @@
 # draft_profile (the kernels of an 8,8,64 round),
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), structured (benchmarks/bench_structured.py in bf16, each
-# task in STRUCTURED_TASKS), open_loop (Poisson arrivals through `splitspec serve`),
+# task in STRUCTURED_TASKS), open_loop (Poisson arrivals through `splitspec serve`), demo (the
+# README's `serve --demo` on CUDA with EAGLE),
 # bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
 # (GPU_TESTS, BENCH_ARGS, BENCH_NAME and BENCH_TIMEOUT in the environment adjust the tests and
@@ -118,6 +119,13 @@ while [ $# -gt 0 ]; do
         ${OPEN_LOOP_ARGS:---prompts sharegpt --num-prompts 80 --request-rate 20 --max-new-tokens 128 --speculation on} \
         --out "$out/${BENCH_NAME:-open_loop}.json" 2>&1 | tail -4
       kill -INT $serving; wait $serving ;;
+    demo)
+      # The README's demo on CUDA with EAGLE (the switch on, as `serve` has it): its streamed run,
+      # then speculation off, on, on, off and their ratio. DEMO_ARGS adds serve flags.
+      # shellcheck disable=SC2086
+      timeout 300 python3 -m splitspec.cli serve --device cuda --dtype bfloat16 --draft-method eagle \
+        --keep-cpus-awake spin --port 50401 --demo --exit-after-demo ${DEMO_ARGS:-} 2>&1 | tail -8 \
+        | tee "$out/demo.log" ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
         --prompts /root/model-parts/prompts.json --out-dir "$out/profile" 2>&1 | tail -25 ;;
