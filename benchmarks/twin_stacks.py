@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds = []
     try:  # the stack started first is stopped too when the second fails to start
         for s in STACKS:
-            processes[s] = start_stack(ports[s], envs[s], own_args[s] + args.serve_args, logs / f"{s}.log")
+            flags = own_args[s] + args.serve_args
+            processes[s] = start_stack(ports[s], envs[s], flags, logs / f"{s}.log")
         clients.update({s: Client(f"127.0.0.1:{ports[s]}") for s in STACKS})
         for r in range(args.rounds):
             rows += one_round(clients, prompts, args, r)
