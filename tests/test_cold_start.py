@@ -140,11 +140,14 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     target_only, verdict = lines[summary + 1 :]
     assert target_only.startswith("target-only, the same request"), out
     assert "24 tokens in" in target_only and "acceptance" not in target_only, target_only
-    assert re.fullmatch(
-        r"speculation: [\d.]+x target-only's tok/s over four more runs \(off, on, on, off; "
-        r"prompt cached\); the same 24 tokens in all 5 runs",
+    figures = re.fullmatch(
+        r"speculation: ([\d.]+)x target-only's tok/s \(([\d.]+) against ([\d.]+)\) over four "
+        r"more runs \(off, on, on, off; prompt cached\); the same 24 tokens in all 5 runs",
         verdict,
-    ), verdict
+    )
+    assert figures, verdict
+    ratio, with_drafts, plain = map(float, figures.groups())
+    assert abs(ratio - with_drafts / plain) < 0.01, verdict
     # What a user sees (once test_e2e_serve_demo.py, the same command on a warm cache): the
     # EAGLE draft by default, speed and acceptance figures, and no service outliving it.
     assert "draft  (internal, splitspec.draft.v1.DraftModel, eagle)" in out
