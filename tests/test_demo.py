@@ -4,7 +4,13 @@ tests/test_cold_start.py's first test, the README's command end to end."""
 from __future__ import annotations
 
 from splitspec.client import GenerationResult
-from splitspec.demo import COMPARISON_ORDER, same_tokens, same_tokens_in_all, tokens_per_s
+from splitspec.demo import (
+    COMPARISON_ORDER,
+    ORDER_SAID,
+    same_tokens,
+    same_tokens_in_all,
+    tokens_per_s,
+)
 
 
 def result(*token_ids: int, seconds: float = 0.0) -> GenerationResult:
@@ -39,8 +45,9 @@ def test_an_arms_rate_is_its_tokens_over_its_seconds_not_a_mean_of_rates() -> No
 
 
 def test_the_comparison_alternates_its_arms_abba() -> None:
-    """A speed drift over the four runs reaches both arms alike: each arm's runs sit at
-    mirrored places (their mean place is the same)."""
+    """A speed drift over the four runs (the verdict says "four") reaches both arms alike: each
+    arm's runs sit at mirrored places (their mean place is the same)."""
     places = {arm: [i for i, a in enumerate(COMPARISON_ORDER) if a == arm] for arm in (True, False)}
     assert len(places[True]) == len(places[False]) == 2
     assert sum(places[True]) == sum(places[False])
+    assert ORDER_SAID == "off, on, on, off"
