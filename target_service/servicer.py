@@ -7,6 +7,7 @@ import torch
 
 from model_runtime.wire import tensor_to_pb
 from plumbing.compute_thread import ComputeThread, may_run_inline
+from plumbing.omp_spin import release_idle_workers
 from plumbing.rpc_stream import StreamGate
 from protos import target_pb2, target_pb2_grpc
 from target_service.engine import StepItem, TargetEngine, VerifyItem
@@ -14,6 +15,7 @@ from target_service.errors import InvalidStep, OutOfCapacity, UnknownRequest
 from target_service.logprob_pass import TokenLogprobs
 from target_service.ownership import Held, Ownership, router_id_of
 from target_service.request_table import SamplingSpec
+from target_service.step_results import VerifyStep
 
 # 256 rows of SmolLM2 (576 fp32) are 576 KiB: far under the message limit, large enough to
 # keep per-message overhead small.
@@ -98,7 +100,7 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             )
             for it in request.items
         ]
-        results, forward_ms, device_ms = self._call(context, self.engine.verify, items)
+        results, forward_ms, device_ms = self._call(context, self._verify, items)
         return target_pb2.VerifyResponse(
             results=[
                 target_pb2.VerifyResult(
@@ -112,6 +114,15 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
             forward_ms=forward_ms,
             device_ms=device_ms,
         )
+
+    def _verify(self, items: list[VerifyItem]) -> VerifyStep:
+        """The engine's verify, then (on CPU, on the compute thread that owns them) the end of
+        its idle OpenMP workers: the drafter's round comes next, on the same cores
+        (plumbing/omp_spin.py)."""
+        step = self.engine.verify(items)
+        if self.engine.device.type == "cpu":
+            release_idle_workers()
+        return step
 
     def ForwardStream(self, request_iterator, context):  # noqa: N802
         return self.streams.serve(request_iterator, context, self.Forward)

@@ -65,3 +65,49 @@ def test_each_service_shortens_the_spin_before_torch_loads(args: list[str], spin
 def test_the_users_own_setting_wins() -> None:
     assert spin_at_torch_import(["target_service"], GOMP_SPINCOUNT="1234") == "1234"
     assert spin_at_torch_import(["draft_service"], OMP_WAIT_POLICY="PASSIVE") == "None"
+
+
+# A service's start as far as OpenMP goes: its spin, torch, two threads, one parallel region
+# (an add over a million floats), then the release; prints the process's thread counts.
+RELEASE_PROBE = """
+import os, sys, time
+from plumbing import omp_spin
+omp_spin.shorten_idle_spin("target")
+import torch
+torch.set_num_threads(2)
+def threads():
+    return len(os.listdir("/proc/self/task"))
+x = torch.ones(1_000_000)
+x.add_(1.0)
+working = threads()
+omp_spin.release_idle_workers()
+deadline = time.monotonic() + 5
+while threads() >= working and time.monotonic() < deadline:
+    time.sleep(0.01)
+released = threads()
+x.add_(1.0)
+print(working, released, threads(), float(x[0]))
+"""
+
+
+def thread_counts_around_a_release(**env: str) -> list[float]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run(
+        [sys.executable, "-c", RELEASE_PROBE], cwd=ROOT, env={**clean, **env},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [float(n) for n in done.stdout.split()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_a_release_ends_the_idle_workers_and_the_next_region_starts_new_ones() -> None:
+    working, released, again, value = thread_counts_around_a_release()
+    assert released == working - 1, (working, released)  # two threads: one worker
+    assert again == working and value == 3.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_a_release_leaves_the_workers_of_a_user_who_chose_the_spin() -> None:
+    working, released, again, _ = thread_counts_around_a_release(GOMP_SPINCOUNT="300000")
+    assert released == working == again
