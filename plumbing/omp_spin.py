@@ -18,10 +18,10 @@ between a step's own parallel regions must be woken for each.
 
 Where the service chose the spin, the target also ends its idle workers at once after a Verify
 on CPU (release_idle_workers): at batch 1 the drafter's round comes next, and the target's
-workers would spin through its first 5 ms. Twin stacks in both orders, 2026-12-06, with the
-target and the drafter (after its Propose) both releasing: EAGLE 1.08x, target-only 0.98x; the
-drafter's release alone 1.01x and 1.00x, so only the target's is kept
-(benchmarks/results/cpu_omp_release_2026-12-06.json).
+workers would spin through its first 5 ms. Twin stacks in both orders, 2026-12-06: this against
+the code before it, EAGLE 1.08x and target-only 1.01x (the drafter's release after its Propose
+as well: 1.08x and 0.98x; the drafter's alone: 1.01x and 1.00x, so it is not kept;
+benchmarks/results/cpu_omp_release_2026-12-06.json).
 """
 
 from __future__ import annotations
