@@ -8,8 +8,9 @@ stacks are up together and take turns request by request (the idle one's process
 drift reaches both alike. Each prompt runs four times per round, on each stack with speculation
 on (the server's choice with ``--switch``, else forced) and off, in an order that flips from
 prompt to prompt. An A/A run (``--env-b`` equal to ``--env-a``) measures what the method itself
-leaves: 0.98-1.02x on 2026-12-06; but an A/B of --draft-threads, run in both orders, found stack
-B 3-5% ahead in both (benchmarks/results/cpu_draft_threads_2026-12-06.json). So run a change in
+leaves: 0.98-1.02x on 2026-12-06; but later A/Bs run in both orders found one stack ahead in
+both, by 3-5% (B in benchmarks/results/cpu_draft_threads_2026-12-06.json, A in
+cpu_omp_release_2026-12-06.json). So run a change in
 both orders (``--args-a`` then ``--args-b``): the change's effect is the geometric mean of
 its ratio over the two runs.
 

@@ -37,15 +37,22 @@ else:
 """
 
 
-def spin_at_torch_import(args: list[str], **env: str) -> str:
+def run_probe(code: str, args: list[str], env: dict[str, str]) -> str:
+    """``code`` in a fresh interpreter without the OpenMP settings of this process (conftest.py
+    sets a wait policy) but with ``env``; its stdout."""
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], cwd=ROOT, env={**clean, **env},
+        [sys.executable, "-c", code, *args], cwd=ROOT, env={**clean, **env},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    noted = [line for line in done.stdout.splitlines() if line.startswith("at torch:")]
-    assert noted, f"torch was never imported: {done.stdout[-500:]}"
+    return done.stdout
+
+
+def spin_at_torch_import(args: list[str], **env: str) -> str:
+    out = run_probe(PROBE, args, env)
+    noted = [line for line in out.splitlines() if line.startswith("at torch:")]
+    assert noted, f"torch was never imported: {out[-500:]}"
     return noted[0].removeprefix("at torch: ")
 
 
@@ -91,13 +98,7 @@ print(working, released, threads(), float(x[0]))
 
 
 def thread_counts_around_a_release(**env: str) -> list[float]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    done = subprocess.run(
-        [sys.executable, "-c", RELEASE_PROBE], cwd=ROOT, env={**clean, **env},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return [float(n) for n in done.stdout.split()]
+    return [float(n) for n in run_probe(RELEASE_PROBE, [], env).split()]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
