@@ -17,7 +17,8 @@
 # stack_tests (tests/test_gpu_stack.py), profile (benchmarks/gpu_round_profile.py: py-spy of
 # the services during EAGLE rounds), structured (benchmarks/bench_structured.py in bf16, each
 # task in STRUCTURED_TASKS), open_loop (Poisson arrivals through `splitspec serve`), demo (the
-# README's `serve --demo` on CUDA with EAGLE),
+# README's `serve --demo` on CUDA with EAGLE), first_request (fresh stacks' first TTFTs, with the
+# target's warm-up and without),
 # bench PHASE... (benchmarks/bench_gpu.py phases; last).
 #   bash benchmarks/gpu_session.sh tests draft_steps bench spec_bf16 switch
 # (GPU_TESTS, BENCH_ARGS, BENCH_NAME and BENCH_TIMEOUT in the environment adjust the tests and
@@ -56,7 +57,7 @@ echo "model: $(ls -la $gguf 2>&1)"
 
 GPU_TESTS=${GPU_TESTS:-"tests/test_search_graphs.py tests/test_verify_graphs.py tests/test_decode_graphs.py
   tests/test_paged_attention.py tests/test_multi_step_engine.py tests/test_layer_ops.py
-  tests/test_tree_kernels.py tests/test_exact_gpu.py"}
+  tests/test_tree_kernels.py tests/test_exact_gpu.py tests/test_target_warm_up.py"}
 while [ $# -gt 0 ]; do
   step=$1; shift
   case $step in
@@ -126,6 +127,13 @@ while [ $# -gt 0 ]; do
       timeout 300 python3 -m splitspec.cli serve --device cuda --dtype bfloat16 --draft-method eagle \
         --keep-cpus-awake spin --port 50401 --demo --exit-after-demo ${DEMO_ARGS:-} 2>&1 | tail -8 \
         | tee "$out/demo.log" ;;
+    first_request)
+      # Fresh stacks on empty Triton caches, with the target's start-up warm-up and without:
+      # the first requests' TTFT (benchmarks/first_request.py). FIRST_ARGS adds serve flags.
+      # shellcheck disable=SC2086
+      timeout 420 python3 -m benchmarks.first_request --out "$out/first_request.json" \
+        --label cuda --serve-args --device cuda --dtype bfloat16 --draft-method eagle \
+        ${FIRST_ARGS:-} 2>&1 | tail -6 ;;
     profile)
       PATH=/tmp/site/bin:$PATH timeout 200 python3 -m benchmarks.gpu_round_profile \
         --prompts /root/model-parts/prompts.json --out-dir "$out/profile" 2>&1 | tail -25 ;;

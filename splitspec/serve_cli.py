@@ -70,6 +70,8 @@ def _local_stack(args: argparse.Namespace) -> LocalStack:
         target_args += ["--model", str(args.model)]
     if args.exact:
         target_args.append("--exact")
+    if not args.warm_up:
+        target_args.append("--no-warm-up")
     router_args = ["--model", str(args.model)] if args.model else []
     if args.http_port:
         router_args += ["--http-port", str(args.http_port)]

@@ -152,3 +152,11 @@ def _add_start_flags(group: argparse._ArgumentGroup) -> None:
         default=900.0,
         help="seconds the services may take to become healthy",
     )
+    group.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the target's scratch request before it reports ready (it moves first-use "
+        "costs, such as Triton compiling the prefill's kernels on a new GPU machine, from the "
+        "first request to start-up)",
+    )

@@ -138,6 +138,14 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         help="CUDA: run decode steps eagerly instead of replaying captured graphs",
     )
     group.add_argument(
+        "--warm-up",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run prefills, a decode Forward and a verify of a scratch request before reporting "
+        "ready, so that first-use costs (Triton compiling the eager prefill's kernels on a new "
+        "GPU machine) fall on start-up instead of the first request",
+    )
+    group.add_argument(
         "--graph-batch-sizes",
         type=_positive_ints,
         default=DECODE_GRAPH_BATCHES,
@@ -211,6 +219,7 @@ def config_from_args(args: argparse.Namespace) -> TargetConfig:
         max_decode_steps=(
             default_decode_steps(args.device) if args.decode_steps is None else args.decode_steps
         ),
+        warm_up=args.warm_up,
     )
 
 

@@ -45,6 +45,7 @@ class TargetConfig:
     verify_graphs: bool = False  # paged: greedy verify steps in fixed shapes (verify_graphs.py)
     verify_graph_batch_sizes: tuple[int, ...] = VERIFY_GRAPH_BATCHES
     max_decode_steps: int = 1  # most decode steps one Forward may run (multi_step.py)
+    warm_up: bool = True  # a scratch request before serving (warm_up.py)
 
     @property
     def paged_metadata(self) -> bool:

@@ -28,6 +28,7 @@ from target_service.engine import TargetEngine
 from target_service.graph_runner import DecodeGraphRunner
 from target_service.servicer import TargetServicer
 from target_service.verify_graphs import VerifyGraphRunner, tree_buckets_up_to
+from target_service.warm_up import warm_up
 
 log = logging.getLogger("splitspec.target")
 SERVICE_NAME = target_pb2.DESCRIPTOR.services_by_name["TargetModel"].full_name
@@ -57,6 +58,8 @@ def build_engine(config: TargetConfig) -> TargetEngine:
             merge_projections(model)  # q|k|v and gate|up as one matmul each (fused_layers.py)
     if config.attention_backend != "flashinfer":
         attach_graphs(engine, model)
+    if config.warm_up:
+        warm_up(engine)
     return engine
 
 

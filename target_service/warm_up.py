@@ -1,0 +1,65 @@
+"""A throwaway request the target runs before it reports ready.
+
+A service's first request pays for first use: on a GPU machine whose Triton cache is empty,
+compiling the kernels of the eager prefill (the decode and verify graphs compile theirs at
+capture); on a CPU, the allocator's and the math libraries' first calls. Run here, that cost
+goes to start-up, before the health check says SERVING, instead of to a user's first TTFT.
+The request uses the pool's first slots and is released: the router assigns slots only to
+requests it sends later, and each request writes a slot before it reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from target_service.admission import StepItem, VerifyItem
+from target_service.engine import TargetEngine
+from target_service.request_table import SamplingSpec
+
+log = logging.getLogger("splitspec.target")
+
+WARM_UP_ID = "splitspec-warm-up"
+GREEDY = SamplingSpec(temperature=0.0, top_p=1.0, top_k=0, seed=0)
+# Two prompt lengths: Triton compiles a variant for sizes divisible by 16 and one for others.
+PROMPT_LENGTHS = (23, 32)
+CHAIN = 4  # nodes of the verified chain
+
+
+def warm_up(engine: TargetEngine) -> float:
+    """Prefills, a decode Forward and a verify of one scratch request; returns the seconds."""
+    started = time.perf_counter()
+    for length in PROMPT_LENGTHS:
+        _one_request(engine, length)
+    seconds = time.perf_counter() - started
+    log.info("warmed up in %.2f s (prefill, decode and verify of a scratch request)", seconds)
+    return seconds
+
+
+def _one_request(engine: TargetEngine, length: int) -> None:
+    steps = engine.config.max_decode_steps
+    needed = length + steps + CHAIN
+    if needed > min(engine.max_context, engine.config.num_slots):
+        return  # a pool or context this small serves tests, not users
+    prompt = [_token(engine, i) for i in range(length)]
+    try:
+        first = engine.forward([StepItem(WARM_UP_ID, prompt, 0, list(range(length)), True,
+                                         GREEDY)])  # fmt: skip
+        position = length
+        decode = StepItem(WARM_UP_ID, first.next_token_ids, position,
+                          list(range(position, position + steps)))  # fmt: skip
+        ids = engine.forward([decode], steps).next_token_ids
+        position += steps
+        chain = [ids[-1], *(_token(engine, length + i) for i in range(CHAIN - 1))]
+        tree = VerifyItem(WARM_UP_ID, position, chain, list(range(-1, CHAIN - 1)),
+                          list(range(position, position + CHAIN)), return_hidden=True)  # fmt: skip
+        engine.verify([tree])
+        engine.read_hidden(WARM_UP_ID, 0, length)  # the drafter's first rows come this way
+    finally:
+        engine.release([WARM_UP_ID])
+
+
+def _token(engine: TargetEngine, i: int) -> int:
+    """Ordinary ids from the middle of the vocabulary, not specials."""
+    vocab = engine.model_config.vocab_size
+    return (vocab // 3 + 7 * i) % vocab
