@@ -52,8 +52,9 @@ def one_stack(arm: str, serve_args: list[str], max_new_tokens: int) -> dict[str,
     try:
         ttft = []
         for prompt in PROMPTS:
-            result = client.generate(build_request(prompt, False, max_new_tokens, 0.0))
-            ttft.append(round(result.final.timings.time_to_first_token_ms, 1))
+            final = client.generate(build_request(prompt, False, max_new_tokens, 0.0)).final
+            assert final is not None, "the stream ended without its final message"
+            ttft.append(round(final.timings.time_to_first_token_ms, 1))
     finally:
         client.close()
         process.send_signal(signal.SIGINT)
