@@ -57,7 +57,7 @@ echo "model: $(ls -la $gguf 2>&1)"
 
 GPU_TESTS=${GPU_TESTS:-"tests/test_search_graphs.py tests/test_verify_graphs.py tests/test_decode_graphs.py
   tests/test_paged_attention.py tests/test_multi_step_engine.py tests/test_layer_ops.py
-  tests/test_tree_kernels.py tests/test_exact_gpu.py tests/test_target_warm_up.py"}
+  tests/test_tree_kernels.py tests/test_exact_gpu.py"}
 while [ $# -gt 0 ]; do
   step=$1; shift
   case $step in
