@@ -23,6 +23,7 @@
 
 #include "exact_attention.h"  // the CPU paged attention (the target's default on CPU in fp32)
 #include "quantized_search.h"  // finds a weight's Q4_1 or Q8_0 blocks (quantized_weights.h)
+#include "row_ops.h"  // RMSNorm and rotary of a step's rows, one call each
 
 namespace {
 
@@ -201,4 +202,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   }, "(k per quantized group, bytes of a Q4_1 group of 16 columns, of a Q8_0 one)");
   module.def("linear", &linear, "x [rows <= 16, K] @ weight.T from the packed weight");
   module.def("attention", &exact::attention, "paged attention, fp32 (kernels/paged_reference.py)");
+  module.def("rms_norm", &row_ops::rms_norm, "x [..., D] fp32 normalised, times weight [D]");
+  module.def("rotary", &row_ops::rotary, "x [T, H, D] fp32 rotated by cos, sin [T, 1, D]");
 }

@@ -35,6 +35,7 @@ HEADERS = (
     "vector_math.h",
     "quantized_weights.h",
     "quantized_search.h",
+    "row_ops.h",
 )
 SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block

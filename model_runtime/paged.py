@@ -18,6 +18,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from model_runtime import fused
+
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +97,8 @@ def load_cpu_kernel(
     Where it cannot serve (another dtype, or no kernel): False when ``fallback`` (the backend
     was only "auto"'s choice, and the torch backend serves instead; logged where the kernel
     is missing), else a clear error. Called by an engine on the paged backend on CPU before its
-    first step."""
+    first step. Once loaded, the model's float32 RMSNorm and rotary run on the same module's
+    row ops too (model_runtime/fused.py)."""
     global _cpu_kernels
     from kernels import few_row_linear
 
@@ -105,6 +108,7 @@ def load_cpu_kernel(
         raise ValueError(f"the paged attention backend on CPU is float32; the model is {dtype}")
     _cpu_kernels = few_row_linear.load(cache_dir)
     if _cpu_kernels is not None:
+        fused.use_cpu_row_ops(_cpu_kernels)  # the same module's RMSNorm and rotary
         return True
     reason = few_row_linear.unavailable_reason() or "its build failed (see the log)"
     if fallback:
