@@ -53,7 +53,12 @@ class Linear(nn.Linear):
     all_rows: bool = False  # every row count through few_row, 16 rows at a time (--exact)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.few_row is not None and x.dim() >= 2:
+        few_row = self.few_row
+        if few_row is not None and x.dim() == 2 and self.bias is None:
+            rows = x.shape[0]  # a decode's or a verify's rows: one kernel call, nothing around
+            if rows <= PACKED_MAX_ROWS and (self.all_rows or rows >= self.min_rows):
+                return few_row(x, self.packed)  # type: ignore[arg-type]
+        if few_row is not None and x.dim() >= 2:
             rows = x.numel() // x.shape[-1]  # leading dims fold into rows ([B, k, H] in drafts)
             if self.all_rows or self.min_rows <= rows <= self.max_rows:
                 out = self._on_packed(x.reshape(rows, x.shape[-1]))
