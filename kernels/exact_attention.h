@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 #include <ATen/ATen.h>
 
@@ -104,6 +105,34 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k_pool, const at::Te
     }
   });
   return out;
+}
+
+// This step's keys and values written to their slots, then attention: one call where
+// index_copy_ twice and the attention were three (the two copies ~9 us of a 2-core decode
+// step's layer). k_new, v_new: [T, kv_heads, D]; write_slots: [T] int64.
+at::Tensor store_and_attend(const at::Tensor& q, const at::Tensor& k_new, const at::Tensor& v_new,
+                            const at::Tensor& write_slots, const at::Tensor& k_pool,
+                            const at::Tensor& v_pool, const at::Tensor& table,
+                            const at::Tensor& query_row, const at::Tensor& query_len,
+                            const at::Tensor& prefix_len, const at::Tensor& path) {
+  check(write_slots, 1, at::kLong, "write_slots");
+  const int64_t tokens = write_slots.size(0), slots = k_pool.size(0);
+  const int64_t row = k_pool.size(1) * k_pool.size(2);  // floats of one slot
+  TORCH_CHECK(k_new.scalar_type() == at::kFloat && v_new.scalar_type() == at::kFloat &&
+                  k_new.numel() == tokens * row && v_new.numel() == tokens * row,
+              "k_new and v_new must be float32 [T, kv_heads, D], one row per write slot");
+  TORCH_CHECK(k_pool.is_contiguous() && v_pool.is_contiguous(), "pools must be contiguous");
+  const auto keys = k_new.contiguous(), values = v_new.contiguous();
+  const int64_t* slot = write_slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t)  // all checked before any is written
+    TORCH_CHECK(slot[t] >= 0 && slot[t] < slots, "write slot ", slot[t], " outside the pool");
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::memcpy(k_pool.data_ptr<float>() + slot[t] * row, keys.data_ptr<float>() + t * row,
+                row * sizeof(float));
+    std::memcpy(v_pool.data_ptr<float>() + slot[t] * row, values.data_ptr<float>() + t * row,
+                row * sizeof(float));
+  }
+  return attention(q, k_pool, v_pool, table, query_row, query_len, prefix_len, path);
 }
 
 }  // namespace exact

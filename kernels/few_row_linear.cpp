@@ -202,6 +202,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   }, "(k per quantized group, bytes of a Q4_1 group of 16 columns, of a Q8_0 one)");
   module.def("linear", &linear, "x [rows <= 16, K] @ weight.T from the packed weight");
   module.def("attention", &exact::attention, "paged attention, fp32 (kernels/paged_reference.py)");
+  module.def("store_and_attend", &exact::store_and_attend,
+             "this step's K/V into their slots, then attention (fp32)");
   module.def("rms_norm", &row_ops::rms_norm, "x [..., D] fp32 normalised, times weight [D]");
   module.def("rotary", &row_ops::rotary, "x [T, H, D] fp32 rotated by cos, sin [T, 1, D]");
 }

@@ -125,13 +125,14 @@ def paged_attention(
     On CUDA the Triton kernel (kernels/paged_attention.py), on CPU the C++ one
     (kernels/exact_attention.h): the same function, each exact per token across step kinds.
     """
-    k_pool.index_copy_(0, meta.write_slots, k_new)
-    v_pool.index_copy_(0, meta.write_slots, v_new)
     if q.is_cuda:
+        k_pool.index_copy_(0, meta.write_slots, k_new)
+        v_pool.index_copy_(0, meta.write_slots, v_new)
         return cuda_attention(q, k_pool, v_pool, meta)
     assert _cpu_kernels is not None, "load_cpu_kernel() first"
     args = (meta.table, meta.query_row, meta.query_len, meta.prefix_len, meta.path)
-    return _cpu_kernels.attention(q.contiguous(), k_pool, v_pool, *args)
+    stored = (k_new, v_new, meta.write_slots, k_pool, v_pool)
+    return _cpu_kernels.store_and_attend(q.contiguous(), *stored, *args)
 
 
 CUDA_KERNELS = ("triton", "flashinfer")

@@ -53,6 +53,29 @@ def test_cpu_attention_matches_reference(seed: int, head_dim: int) -> None:
     torch.testing.assert_close(got, paged_reference.paged_attention(*args), rtol=1e-5, atol=1e-5)
 
 
+def test_storing_this_steps_keys_in_the_call_is_index_copy_then_attention() -> None:
+    gen = torch.Generator().manual_seed(7)
+    k_pool, v_pool = (torch.randn(64, 3, 64, generator=gen) for _ in range(2))
+    k_new, v_new = (torch.randn(5, 3, 64, generator=gen) for _ in range(2))
+    write_slots = torch.tensor([40, 41, 42, 43, 44])
+    table = torch.arange(64).view(1, 64)
+    rows, prefix = torch.zeros(5, dtype=torch.long), torch.full((5,), 40)
+    lengths, path = torch.arange(41, 46), torch.arange(40, 104).view(1, 64).expand(5, 64)
+    q = torch.randn(5, 9, 64, generator=gen)
+    step = (table, rows, lengths, prefix, path.contiguous())
+    k_copy, v_copy = k_pool.clone(), v_pool.clone()
+    k_copy.index_copy_(0, write_slots, k_new)
+    v_copy.index_copy_(0, write_slots, v_new)
+    want = cpu_kernels().attention(q, k_copy, v_copy, *step)
+    got = cpu_kernels().store_and_attend(q, k_new, v_new, write_slots, k_pool, v_pool, *step)
+    assert torch.equal(got, want)
+    assert torch.equal(k_pool, k_copy) and torch.equal(v_pool, v_copy)
+    late = torch.tensor([10, 11, 12, 13, 64])  # the last one past the pool: nothing written
+    with pytest.raises(RuntimeError, match="write slot 64 outside the pool"):
+        cpu_kernels().store_and_attend(q, k_new, v_new, late, k_pool, v_pool, *step)
+    assert torch.equal(k_pool, k_copy) and torch.equal(v_pool, v_copy)
+
+
 def test_cpu_attention_refuses_bad_tensors() -> None:
     q = torch.randn(2, 9, 64).double()
     with pytest.raises(RuntimeError, match="q: expected a contiguous CPU tensor"):
