@@ -27,20 +27,25 @@ CHAIN = 4  # nodes of the verified chain
 
 
 def warm_up(engine: TargetEngine) -> float:
-    """Prefills, a decode Forward and a verify of one scratch request; returns the seconds."""
+    """A prefill, a decode Forward and a verify of a scratch request per prompt length;
+    returns the seconds."""
     started = time.perf_counter()
-    for length in PROMPT_LENGTHS:
-        _one_request(engine, length)
+    ran = [length for length in PROMPT_LENGTHS if _one_request(engine, length)]
     seconds = time.perf_counter() - started
-    log.info("warmed up in %.2f s (prefill, decode and verify of a scratch request)", seconds)
+    if ran:
+        log.info("warmed up in %.2f s (scratch requests of %s prompt tokens: prefill, decode, "
+                 "verify)", seconds, " and ".join(map(str, ran)))  # fmt: skip
+    else:
+        log.info("no warm-up: the KV pool or the context is too small for its scratch request")
     return seconds
 
 
-def _one_request(engine: TargetEngine, length: int) -> None:
+def _one_request(engine: TargetEngine, length: int) -> bool:
+    """Whether it ran: a pool or context too small for it (tests' tiny ones) skips it."""
     steps = engine.config.max_decode_steps
     needed = length + steps + CHAIN
     if needed > min(engine.max_context, engine.config.num_slots):
-        return  # a pool or context this small serves tests, not users
+        return False
     prompt = [_token(engine, i) for i in range(length)]
     try:
         first = engine.forward([StepItem(WARM_UP_ID, prompt, 0, list(range(length)), True,
@@ -57,6 +62,7 @@ def _one_request(engine: TargetEngine, length: int) -> None:
         engine.read_hidden(WARM_UP_ID, 0, length)  # the drafter's first rows come this way
     finally:
         engine.release([WARM_UP_ID])
+    return True
 
 
 def _token(engine: TargetEngine, i: int) -> int:

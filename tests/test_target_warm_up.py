@@ -6,6 +6,7 @@ up; `serve --no-warm-up` reaches the target; the shared stack's target logged it
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 
 import pytest
@@ -63,10 +64,12 @@ def test_warm_up_leaves_nothing_behind(model) -> None:
     assert greedy_decode(warmed, prompt) == greedy_decode(make_engine(model), prompt)
 
 
-def test_warm_up_skips_a_pool_too_small_for_it(model) -> None:
+def test_warm_up_skips_a_pool_too_small_for_it(model, caplog) -> None:
     engine = make_engine(model, num_slots=16)
-    warm_up(engine)
+    with caplog.at_level(logging.INFO, logger="splitspec.target"):
+        warm_up(engine)
     assert engine.table.ids() == []
+    assert "no warm-up: the KV pool or the context is too small" in caplog.text
 
 
 def test_no_warm_up_flag_reaches_the_config_and_serve_passes_it_on() -> None:
