@@ -36,16 +36,26 @@ def warm_up(engine: TargetEngine) -> float:
         log.info("warmed up in %.2f s (scratch requests of %s prompt tokens: prefill, decode, "
                  "verify)", seconds, " and ".join(map(str, ran)))  # fmt: skip
     else:
-        log.info("no warm-up: the KV pool or the context is too small for its scratch request")
+        log.info("no warm-up: its scratch request does not fit the KV pool, the context or the "
+                 "step limits (--num-slots, --max-batch-tokens, --max-tree-tokens)")  # fmt: skip
     return seconds
 
 
-def _one_request(engine: TargetEngine, length: int) -> bool:
-    """Whether it ran: a pool or context too small for it (tests' tiny ones) skips it."""
-    steps = engine.config.max_decode_steps
-    needed = length + steps + CHAIN
-    if needed > min(engine.max_context, engine.config.num_slots):
+def _fits(engine: TargetEngine, length: int) -> bool:
+    """Whether the scratch request fits: tests' tiny pools, or a user's small step limits,
+    skip it rather than fail the start."""
+    config = engine.config
+    needed = length + config.max_decode_steps + CHAIN
+    if needed > min(engine.max_context, config.num_slots):
         return False
+    return length <= config.max_batch_tokens and CHAIN <= config.max_tree_tokens
+
+
+def _one_request(engine: TargetEngine, length: int) -> bool:
+    """Whether it ran (only where it fits)."""
+    if not _fits(engine, length):
+        return False
+    steps = engine.config.max_decode_steps
     prompt = [_token(engine, i) for i in range(length)]
     try:
         first = engine.forward([StepItem(WARM_UP_ID, prompt, 0, list(range(length)), True,

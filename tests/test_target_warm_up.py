@@ -36,10 +36,10 @@ def model():
                       default_cache_dir())  # fmt: skip
 
 
-def make_engine(model, num_slots: int = 512) -> TargetEngine:
+def make_engine(model, **limits: int) -> TargetEngine:
     config = TargetConfig(model_path=default_model_path(), cache_dir=default_cache_dir(),
-                          device=DEVICE, num_slots=num_slots, max_decode_steps=4,
-                          verify_graphs=DEVICE == "cuda")  # fmt: skip
+                          device=DEVICE, max_decode_steps=4, verify_graphs=DEVICE == "cuda",
+                          **{"num_slots": 512, **limits})  # fmt: skip
     engine = TargetEngine(config, model)
     attach_graphs(engine, model)
     return engine
@@ -64,12 +64,15 @@ def test_warm_up_leaves_nothing_behind(model) -> None:
     assert greedy_decode(warmed, prompt) == greedy_decode(make_engine(model), prompt)
 
 
-def test_warm_up_skips_a_pool_too_small_for_it(model, caplog) -> None:
-    engine = make_engine(model, num_slots=16)
+@pytest.mark.parametrize("limits", [{"num_slots": 16}, {"max_batch_tokens": 16},
+                                    {"max_tree_tokens": 2}])  # fmt: skip
+def test_warm_up_skips_what_does_not_fit_instead_of_failing_the_start(model, caplog,
+                                                                     limits) -> None:  # fmt: skip
+    engine = make_engine(model, **limits)
     with caplog.at_level(logging.INFO, logger="splitspec.target"):
         warm_up(engine)
     assert engine.table.ids() == []
-    assert "no warm-up: the KV pool or the context is too small" in caplog.text
+    assert "no warm-up: its scratch request does not fit" in caplog.text
 
 
 def test_no_warm_up_flag_reaches_the_config_and_serve_passes_it_on() -> None:
