@@ -23,6 +23,7 @@
 
 #include "exact_attention.h"  // the CPU paged attention (the target's default on CPU in fp32)
 #include "quantized_search.h"  // finds a weight's Q4_1 or Q8_0 blocks (quantized_weights.h)
+#include "round_ops.h"  // argmax, the accepted path's move, the drafter's softmax top-k
 #include "row_ops.h"  // RMSNorm and rotary of a step's rows, one call each
 
 namespace {
@@ -206,4 +207,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "this step's K/V into their slots, then attention (fp32)");
   module.def("rms_norm", &row_ops::rms_norm, "x [..., D] fp32 normalised, times weight [D]");
   module.def("rotary", &row_ops::rotary, "x [T, H, D] fp32 rotated by cos, sin [T, 1, D]");
+  module.def("argmax_rows", &round_ops::argmax_rows, "logits [R, V] fp32 -> first max ids [R]");
+  module.def("compact_rows", &round_ops::compact_rows,
+             "row src[i] of every pool to row dst[i], all read before any is written");
+  module.def("softmax_topk", &round_ops::softmax_topk,
+             "logits [R, V] fp32, k -> softmax's k largest (probs [R, k], ids [R, k])");
 }

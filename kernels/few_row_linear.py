@@ -36,6 +36,7 @@ HEADERS = (
     "quantized_weights.h",
     "quantized_search.h",
     "row_ops.h",
+    "round_ops.h",
 )
 SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block

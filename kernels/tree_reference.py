@@ -157,12 +157,17 @@ def compact_accepted(
     before any destination is written, so overlapping moves are safe. Padded path entries read and
     write only ``dummy_slot``. The root (j = 0) is already in place and is not moved.
     """
+    src, dst = accepted_moves(node_slots, path, dummy_slot)
+    for pool in pools:
+        pool.index_copy_(0, dst, pool.index_select(0, src))
+
+
+def accepted_moves(node_slots: Tensor, path: Tensor, dummy_slot: int) -> tuple[Tensor, Tensor]:
+    """compact_accepted's moves as flat (source, destination) slot vectors."""
     moved = path[:, 1:] >= 0
     src = torch.where(moved, node_slots.gather(1, path[:, 1:].clamp(min=0)), dummy_slot)
     dst = torch.where(moved, node_slots[:, 1:], dummy_slot)
-    src, dst = src.flatten(), dst.flatten()
-    for pool in pools:
-        pool.index_copy_(0, dst, pool.index_select(0, src))
+    return src.flatten(), dst.flatten()
 
 
 def sibling_before(parents: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from model_runtime import paged
+from model_runtime import fused, paged
 from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.device_clock import DeviceClock
 from model_runtime.llama import LlamaForCausalLM
@@ -254,7 +254,7 @@ class TargetEngine:
         with self.clock.region():
             logits = self.model.logits(self._forward_tokens(batch)[batch.sample_index])
             if params is None:
-                return logits.argmax(-1)
+                return fused.greedy_ids(logits)
             return sample_greedy_or_drawn(logits, params)  # = sample(): no host greedy check
 
     def _metadata(

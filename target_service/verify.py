@@ -14,6 +14,7 @@ import torch
 
 from kernels import tree_ops
 from kernels.tree_reference import TreeMask
+from model_runtime import fused
 from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata, for_trees
@@ -94,7 +95,7 @@ def run_verify(
     if penalize is not None:  # penalties, bans and biases per node (target_service.penalties)
         logits = penalize(logits, layout)
     accepted = _accept(trees, layout, logits, params, greedy)
-    tree_ops.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
+    fused.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
     packed = _path_logprobs(trees, raw, accepted, *logprobs) if logprobs else None
     out = _read_back(trees, accepted, rows)
@@ -155,7 +156,7 @@ def _tree_metadata(
 def _accept(
     trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors, greedy: torch.Tensor
 ) -> Acceptance:
-    by_argmax = _greedy(trees, logits.argmax(-1), layout)
+    by_argmax = _greedy(trees, fused.greedy_ids(logits), layout)
     if bool(greedy.all()):  # known on the host already: no device sync
         return by_argmax
     num_req, num_nodes, vocab = logits.shape
