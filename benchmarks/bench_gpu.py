@@ -28,7 +28,14 @@ from typing import Any
 
 from benchmarks import gpu_spec_phases, gpu_stack, gpu_target_only
 from benchmarks.gpu_peers import hf_eager_tok_s, hf_graph_tok_s, top2_gap
-from benchmarks.gpu_stack import chat_ids, prompt_set_ids, stack, step_timing, throughput
+from benchmarks.gpu_stack import (
+    chat_ids,
+    prefill_once,
+    prompt_set_ids,
+    stack,
+    step_timing,
+    throughput,
+)
 from benchmarks.run_record import git_commit, utc_now
 from plumbing import cpu_wake
 from splitspec.client import Client
@@ -40,6 +47,7 @@ def speculation_phase(
     with stack(dtype, drafter=True, attention=attention) as s:
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, True)
+        prefill_once(client, prompts)
         before = step_timing(client, kind="speculative")
         spec, spec_out = throughput(client, prompts, 1, max_new, True)
         spec["round_ms"] = step_timing(client, before, "speculative")
@@ -76,6 +84,7 @@ def mixed_batches_phase(
     with stack("bfloat16", drafter=True, attention=attention, exact=exact) as s:
         client = Client(s.router_address)
         throughput(client, prompts[:2], 1, 16, True)
+        prefill_once(client, prompts)
         for batch in batches:
             outputs = {}
             for speculate, seed in ((True, 1), (False, 2)):

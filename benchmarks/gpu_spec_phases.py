@@ -10,7 +10,14 @@ import time
 from typing import Any
 
 from benchmarks.common import run_concurrent
-from benchmarks.gpu_stack import greedy_requests, server_status, stack, step_timing, throughput
+from benchmarks.gpu_stack import (
+    greedy_requests,
+    prefill_once,
+    server_status,
+    stack,
+    step_timing,
+    throughput,
+)
 from splitspec.client import Client
 
 # (steps, topk, tokens): the CPU default, then trees a GPU verifies for about the same cost.
@@ -142,10 +149,12 @@ def eagle_then_target_only(
     address: str, prompts: list[list[int]], max_new: int, ignore_eos: bool = True
 ) -> tuple:
     """Batch 1 on a running stack: EAGLE (after a warm-up), its round timings, then
-    target-only on the same prompts, and how many outputs the two share."""
+    target-only on the same prompts, and how many outputs the two share; the prompts in the
+    prefix cache for both arms."""
 
     client = Client(address)
     throughput(client, prompts[:2], 1, 16, True)
+    prefill_once(client, prompts)
     before = step_timing(client, kind="speculative")
     spec, spec_out = throughput(client, prompts, 1, max_new, True, ignore_eos)
     timing = step_timing(client, before, "speculative")
