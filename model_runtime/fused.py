@@ -97,8 +97,7 @@ def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
 
 def softmax_topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k most likely columns of softmax(logits) per row: (probabilities in fp32 or wider,
-    int64 ids), sorted descending; of equal ones the lower id first on the kernels (torch's
-    topk leaves ties unordered)."""
+    int64 ids), sorted descending (on the CPU row op, of equal ones the lower id first)."""
     if _fused(logits) and logits.dtype != torch.float64:
         from kernels import softmax_topk as topk_kernel
 
