@@ -9,8 +9,8 @@
 #include <cmath>
 #include <utility>
 #include <vector>
-#include <immintrin.h>
 
+#include "simd16.h"
 #include "vector_math.h"
 
 namespace exact {
@@ -36,33 +36,33 @@ struct Head {
 
 // One key's 16-lane dot product with a query held in registers (C chunks of 16).
 template <int C>
-inline __m512 lane_dots(const __m512* qv, const float* k) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int c = 0; c < C; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k + c * LANES), acc);
+inline simd::vec lane_dots(const simd::vec* qv, const float* k) {
+  simd::vec acc = simd::zero();
+  for (int c = 0; c < C; ++c) acc = simd::fmadd(qv[c], simd::loadu(k + c * LANES), acc);
   return acc;
 }
 
 // A whole block of 16 keys: constant indices (the fold), so the 16 sums stay in registers.
 template <int C, typename SlotOf, size_t... R>
-inline __m512 block_dots(const __m512* qv, const Head& head, SlotOf slot_of, int64_t first,
+inline simd::vec block_dots(const simd::vec* qv, const Head& head, SlotOf slot_of, int64_t first,
                          std::index_sequence<R...>) {
-  const __m512 dots[] = {
+  const simd::vec dots[] = {
       lane_dots<C>(qv, head.k_pool + slot_of(first + R) * head.slot_stride + head.offset)...};
   return vmath::sum16(dots);
 }
 
 // Any block (count <= 16 keys, any head dim): masked loads, the same sums for each key.
 template <typename SlotOf>
-__m512 partial_block_dots(const float* q, const Head& head, SlotOf slot_of, int64_t first,
+simd::vec partial_block_dots(const float* q, const Head& head, SlotOf slot_of, int64_t first,
                           int64_t count) {
-  __m512 dots[LANES];
+  simd::vec dots[LANES];
   for (int64_t r = 0; r < LANES; ++r) {
-    dots[r] = _mm512_setzero_ps();
+    dots[r] = simd::zero();
     if (r >= count) continue;
     const float* k = head.k_pool + slot_of(first + r) * head.slot_stride + head.offset;
     for (int64_t i = 0; i < head.dim; i += LANES) {
-      const __mmask16 m = lanes_below(i, head.dim);
-      dots[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), _mm512_maskz_loadu_ps(m, k + i),
+      const simd::mask m = lanes_below(i, head.dim);
+      dots[r] = simd::fmadd(simd::maskz_loadu(m, q + i), simd::maskz_loadu(m, k + i),
                                 dots[r]);
     }
   }
@@ -74,32 +74,32 @@ __m512 partial_block_dots(const float* q, const Head& head, SlotOf slot_of, int6
 template <int C, typename SlotOf>
 void score_block(const float* q, const Head& head, SlotOf slot_of, int64_t first, int64_t count,
                  float scale, float* scores) {
-  __m512 sums;
+  simd::vec sums;
   if constexpr (C > 0) {
-    __m512 qv[C];
-    for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + c * LANES);
+    simd::vec qv[C];
+    for (int c = 0; c < C; ++c) qv[c] = simd::loadu(q + c * LANES);
     sums = count == LANES ? block_dots<C>(qv, head, slot_of, first, std::make_index_sequence<16>())
                           : partial_block_dots(q, head, slot_of, first, count);
   } else {
     sums = partial_block_dots(q, head, slot_of, first, count);
   }
-  _mm512_mask_storeu_ps(scores + first, lanes_below(0, count),
-                        _mm512_mul_ps(sums, _mm512_set1_ps(scale)));
+  simd::mask_storeu(scores + first, lanes_below(0, count),
+                        simd::mul(sums, simd::set1(scale)));
 }
 
 // exp(score - max) in place for a token's num_keys scores; returns their sum, added lane-wise
 // block by block (a fixed order for a given num_keys), then reduced by the fixed tree.
 float softmax_numerators(float* scores, int64_t num_keys) {
-  __m512 top = _mm512_set1_ps(-INFINITY);
+  simd::vec top = simd::set1(-INFINITY);
   for (int64_t j = 0; j < num_keys; j += LANES)
-    top = _mm512_max_ps(top, _mm512_mask_loadu_ps(top, lanes_below(j, num_keys), scores + j));
-  const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(top));
-  __m512 total = _mm512_setzero_ps();
+    top = simd::max(top, simd::mask_loadu(top, lanes_below(j, num_keys), scores + j));
+  const simd::vec shift = simd::set1(simd::reduce_max(top));
+  simd::vec total = simd::zero();
   for (int64_t j = 0; j < num_keys; j += LANES) {
-    const __mmask16 m = lanes_below(j, num_keys);
-    const __m512 e = vmath::exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), shift));
-    _mm512_mask_storeu_ps(scores + j, m, e);
-    total = _mm512_add_ps(total, _mm512_maskz_mov_ps(m, e));
+    const simd::mask m = lanes_below(j, num_keys);
+    const simd::vec e = vmath::exp(simd::sub(simd::maskz_loadu(m, scores + j), shift));
+    simd::mask_storeu(scores + j, m, e);
+    total = simd::add(total, simd::maskz_mov(m, e));
   }
   return vmath::sum_lanes(total);
 }
@@ -111,17 +111,17 @@ float softmax_numerators(float* scores, int64_t num_keys) {
 // and stored every one at each key.
 template <int CC, typename SlotOf, size_t... T>
 void weigh_values(const float* const* weights, const Head& head, SlotOf slot_of, int64_t first,
-                  int64_t last, int64_t i, __m512 (*acc)[CC], std::index_sequence<T...>) {
-  const __mmask16 m0 = lanes_below(i, head.dim), m1 = lanes_below(i + LANES, head.dim);
-  __m512 low[] = {acc[T][0]...};
-  __m512 high[] = {acc[T][CC - 1]...};
+                  int64_t last, int64_t i, simd::vec (*acc)[CC], std::index_sequence<T...>) {
+  const simd::mask m0 = lanes_below(i, head.dim), m1 = lanes_below(i + LANES, head.dim);
+  simd::vec low[] = {acc[T][0]...};
+  simd::vec high[] = {acc[T][CC - 1]...};
   for (int64_t j = first; j < last; ++j) {
     const float* row = head.v_pool + slot_of(j) * head.slot_stride + head.offset + i;
-    const __m512 v0 = _mm512_maskz_loadu_ps(m0, row);
-    ((low[T] = _mm512_fmadd_ps(_mm512_set1_ps(weights[T][j]), v0, low[T])), ...);
+    const simd::vec v0 = simd::maskz_loadu(m0, row);
+    ((low[T] = simd::fmadd(simd::set1(weights[T][j]), v0, low[T])), ...);
     if constexpr (CC == 2) {
-      const __m512 v1 = _mm512_maskz_loadu_ps(m1, row + LANES);
-      ((high[T] = _mm512_fmadd_ps(_mm512_set1_ps(weights[T][j]), v1, high[T])), ...);
+      const simd::vec v1 = simd::maskz_loadu(m1, row + LANES);
+      ((high[T] = simd::fmadd(simd::set1(weights[T][j]), v1, high[T])), ...);
     }
   }
   ((acc[T][0] = low[T]), ...);
@@ -161,9 +161,9 @@ void tile_scores(const Tile& tile, const Head& head, float scale, std::vector<fl
 template <int N, int CC>
 void tile_chunks(const Tile& tile, const Head& head, const float* const* weights,
                  const float* totals, int64_t i) {
-  __m512 acc[N][CC];
+  simd::vec acc[N][CC];
   for (int t = 0; t < N; ++t)
-    for (int c = 0; c < CC; ++c) acc[t][c] = _mm512_setzero_ps();
+    for (int c = 0; c < CC; ++c) acc[t][c] = simd::zero();
   const int64_t* row = tile.keys[0].table_row;
   weigh_values<CC>(weights, head, [row](int64_t j) { return row[j]; }, 0, tile.shared, i, acc,
                    std::make_index_sequence<N>());
@@ -173,10 +173,10 @@ void tile_chunks(const Tile& tile, const Head& head, const float* const* weights
     weigh_values<CC>(own, head, [&keys](int64_t j) { return keys.slot(j); }, tile.shared,
                      tile.num_keys[t], i, &acc[t], std::make_index_sequence<1>());
     if (tile.num_keys[t] == 0) continue;  // its output stays zero
-    const __m512 total = _mm512_set1_ps(totals[t]);
+    const simd::vec total = simd::set1(totals[t]);
     for (int c = 0; c < CC; ++c)
-      _mm512_mask_storeu_ps(tile.out[t] + i + c * LANES, lanes_below(i + c * LANES, head.dim),
-                            _mm512_div_ps(acc[t][c], total));
+      simd::mask_storeu(tile.out[t] + i + c * LANES, lanes_below(i + c * LANES, head.dim),
+                            simd::div(acc[t][c], total));
   }
 }
 

@@ -1,6 +1,7 @@
-// y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32 rows, AVX-512; the weight packed
-// in fp32, in bf16 (drafters: half the bytes a step streams, widened to fp32 as it is read), or
-// as the Q4_1 / Q8_0 blocks its values came from (quantized_weights.h: the fp32 copy's bits).
+// y = x @ w.T for 1..16 rows of x (a verify step's tree), fp32 rows, on simd16.h's 16-lane
+// vectors (AVX-512, or AVX2); the weight packed in fp32, in bf16 (drafters: half the bytes a
+// step streams, widened to fp32 as it is read), or as the Q4_1 / Q8_0 blocks its values came
+// from (quantized_weights.h: the fp32 copy's bits).
 //
 // Why: with so few rows a linear layer streams its whole weight from memory for very little
 // arithmetic. On 2 cores MKL's packed sgemm took ~1.8 ms per layer of the default model at 16
@@ -16,11 +17,12 @@
 #include <array>
 #include <utility>
 #include <vector>
-#include <immintrin.h>
+#include <immintrin.h>  // _mm_prefetch
 #include <ATen/ATen.h>
 // pybind11 with torch's Tensor casters: half the compile time of torch/extension.h
 #include <torch/csrc/utils/pybind.h>
 
+#include "simd16.h"
 #include "exact_attention.h"  // the CPU paged attention (the target's default on CPU in fp32)
 #include "quantized_search.h"  // finds a weight's Q4_1 or Q8_0 blocks (quantized_weights.h)
 #include "round_ops.h"  // argmax, the accepted path's move, the drafter's softmax top-k
@@ -28,7 +30,7 @@
 
 namespace {
 
-constexpr int64_t BLOCK = 16;          // output columns per block: one zmm register
+constexpr int64_t BLOCK = 16;          // output columns per block: one simd::vec
 constexpr int64_t MAX_ROWS = 16;
 constexpr int64_t CHUNK = 64;          // k steps per partial sum
 // How far ahead of the multiply-adds the weight stream is requested: into L2 far ahead, into
@@ -37,11 +39,8 @@ constexpr int64_t PREFETCH_L1_BYTES = 16 * 64;
 constexpr int64_t PREFETCH_L2_BYTES = 64 * 64;
 
 // The 16 weights of one k: fp32 as stored; bf16 widened (its bits are an fp32's upper half).
-inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
-inline __m512 load16(const uint16_t* w) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+inline simd::vec load16(const float* w) { return simd::loadu(w); }
+inline simd::vec load16(const uint16_t* w) { return simd::from_bf16(w); }
 
 // Rows 0..M-1 of one output block. xt: x transposed to [K][MAX_ROWS].
 template <int M, typename W>
@@ -49,20 +48,20 @@ void one_block(const float* xt, const W* block, float* out, int64_t k_len, int64
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     const int64_t k1 = std::min(k0 + CHUNK, k_len);
-    __m512 acc[M];
-    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    simd::vec acc[M];
+    for (int m = 0; m < M; ++m) acc[m] = simd::zero();
     for (int64_t k = k0; k < k1; ++k) {
       const char* here = reinterpret_cast<const char*>(block + k * BLOCK);
       _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
       _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
-      const __m512 w = load16(block + k * BLOCK);
+      const simd::vec w = load16(block + k * BLOCK);
       const float* x = xt + k * MAX_ROWS;
-      for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), w, acc[m]);
+      for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), w, acc[m]);
     }
     for (int m = 0; m < M; ++m)
-      _mm512_store_ps(total[m], _mm512_add_ps(_mm512_load_ps(total[m]), acc[m]));
+      simd::store(total[m], simd::add(simd::load(total[m]), acc[m]));
   }
-  for (int m = 0; m < M; ++m) _mm512_storeu_ps(out + m * n_len, _mm512_load_ps(total[m]));
+  for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
 // The same from quantized groups (quantized_weights.h): the fp32 kernel's multiply-adds in
@@ -73,8 +72,8 @@ void one_quantized_block(const float* xt, const uint8_t* block, float* out, int6
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     const int64_t k1 = std::min(k0 + CHUNK, k_len);
-    __m512 acc[M];
-    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    simd::vec acc[M];
+    for (int m = 0; m < M; ++m) acc[m] = simd::zero();
     for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
       const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
       const Format weights(group);
@@ -82,18 +81,18 @@ void one_quantized_block(const float* xt, const uint8_t* block, float* out, int6
         const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
         _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
         _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
-        __m512 even, odd;
+        simd::vec even, odd;
         weights.pair(j, even, odd);
         const float* x = xt + (g0 + 2 * j) * MAX_ROWS;
-        for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), even, acc[m]);
+        for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), even, acc[m]);
         x += MAX_ROWS;
-        for (int m = 0; m < M; ++m) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[m]), odd, acc[m]);
+        for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), odd, acc[m]);
       }
     }
     for (int m = 0; m < M; ++m)
-      _mm512_store_ps(total[m], _mm512_add_ps(_mm512_load_ps(total[m]), acc[m]));
+      simd::store(total[m], simd::add(simd::load(total[m]), acc[m]));
   }
-  for (int m = 0; m < M; ++m) _mm512_storeu_ps(out + m * n_len, _mm512_load_ps(total[m]));
+  for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
 template <int M, typename Format>

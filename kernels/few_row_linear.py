@@ -5,9 +5,10 @@ module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
 ``<cache>/kernels/``, which takes about 20 s on 2 cores once per cache, source and torch version;
-``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). Where it cannot be
-built or run (no AVX-512, no compiler, not x86) ``load()`` returns None and callers keep torch's
-kernels.
+``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). It is built for
+AVX-512 where the CPU has it, else for AVX2 with FMA and F16C (simd16.h: the same 16-lane code
+and the same bits either way). Where it cannot be built or run (neither, no compiler, not x86)
+``load()`` returns None and callers keep torch's kernels.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ log = logging.getLogger("splitspec.kernels")
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "few_row_linear.cpp"
 HEADERS = (
+    "simd16.h",
     "exact_attention.h",
     "attention_tile.h",
     "vector_math.h",
@@ -41,28 +43,55 @@ HEADERS = (
 SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
-FLAGS = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]
+# The compiler flags per instruction set (simd16.h picks its vectors by what they enable).
+FLAGS = {
+    "avx512": ["-O3", "-mavx512f", "-mfma", "-fopenmp"],
+    "avx2": ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"],
+}
 MODULE_NAME = "splitspec_few_row_linear"
+
+
+def instruction_set() -> str | None:
+    """"avx512" or "avx2" (with FMA and F16C): what the kernels are built for here; None if
+    neither. torch's capability reads AVX2 only where FMA is there too."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.startswith("AVX512"):
+        return "avx512"
+    if capability == "AVX2" and "f16c" in cpu_flags():
+        return "avx2"
+    return None
 
 
 def unavailable_reason() -> str | None:
     """Why the kernel cannot run on this machine, or None when it can."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if not capability.startswith("AVX512"):
-        return f"the CPU lacks AVX-512 (torch reports {capability})"
+    if instruction_set() is None:
+        capability = torch.backends.cpu.get_cpu_capability()
+        return f"the CPU lacks AVX-512 and AVX2 with F16C (torch reports {capability})"
     for tool in ("g++", "ninja"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None
 
 
+def cpu_flags() -> set[str]:
+    """The first CPU's feature flags; where /proc/cpuinfo cannot be read, the ones every AVX2
+    CPU has (torch's capability has already said AVX2)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"f16c"}
+    return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
 @functools.cache
-def load(cache_dir: Path | None = None) -> ModuleType | None:
+def load(cache_dir: Path | None = None, isa: str | None = None) -> ModuleType | None:
     """The compiled module, building it if needed; None (logged once) when it cannot be had.
 
-    It is built once per cache, source and torch version, by one process at a time: the build
-    runs in a temporary folder that is published whole (plumbing/once.py), so a killed build
-    never leaves a half-written module behind, and the others import the published one.
+    It is built once per cache, source, instruction set and torch version, by one process at a
+    time: the build runs in a temporary folder that is published whole (plumbing/once.py), so a
+    killed build never leaves a half-written module behind, and the others import the published
+    one. ``isa`` builds for a lesser instruction set than this CPU's ("avx2" on an AVX-512 CPU:
+    tests/test_simd_builds.py compares the two builds).
     """
     reason = unavailable_reason()
     if reason is not None:
@@ -73,13 +102,19 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
         return None
     from plumbing.paths import default_cache_dir
 
-    final = build_folder(cache_dir or default_cache_dir())
+    isa = isa or instruction_set() or "avx512"
+    final = build_folder(cache_dir or default_cache_dir(), isa)
     built: list[ModuleType] = []
     if not final.exists():
-        log.info("building the few-row linear kernel (once per cache; about 20 s on 2 cores)")
+        log.info(
+            "building the few-row linear kernel for %s (once per cache; about 20 s on 2 cores)",
+            isa,
+        )
     try:
-        build_once(final, lambda tmp: built.append(_compile(tmp)), "building the few-row kernel")
-        return built[0] if built else _import_built(final)
+        build_once(
+            final, lambda tmp: built.append(_compile(tmp, isa)), "building the few-row kernel"
+        )
+        return built[0] if built else _import_built(final, isa)
     except CacheWriteError:
         raise
     except (RuntimeError, OSError, ImportError) as err:
@@ -87,25 +122,32 @@ def load(cache_dir: Path | None = None) -> ModuleType | None:
         return None
 
 
-def build_folder(cache_dir: Path) -> Path:
-    """Where the module for this source, these flags and this torch lives in ``cache_dir``."""
+def module_name(isa: str) -> str:
+    return f"{MODULE_NAME}_{isa}"
+
+
+def build_folder(cache_dir: Path, isa: str | None = None) -> Path:
+    """Where the module for this source, instruction set (this CPU's best unless named) and
+    torch lives in ``cache_dir``."""
+    isa = isa or instruction_set() or "avx512"
     sources = b"".join(source.read_bytes() for source in SOURCES)
-    key = hashlib.sha256(sources + " ".join(FLAGS).encode()).hexdigest()[:12]
-    return cache_dir / "kernels" / f"{MODULE_NAME}-torch-{torch.__version__}-{key}"
+    key = hashlib.sha256(sources + " ".join(FLAGS[isa]).encode()).hexdigest()[:12]
+    return cache_dir / "kernels" / f"{module_name(isa)}-torch-{torch.__version__}-{key}"
 
 
-def _compile(build_dir: Path) -> ModuleType:
+def _compile(build_dir: Path, isa: str) -> ModuleType:
     from torch.utils.cpp_extension import load as build_extension
 
     return build_extension(
-        MODULE_NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(build_dir)
+        module_name(isa), [str(SOURCE)], extra_cflags=FLAGS[isa], build_directory=str(build_dir)
     )
 
 
-def _import_built(folder: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, folder / f"{MODULE_NAME}.so")
+def _import_built(folder: Path, isa: str | None = None) -> ModuleType:
+    name = module_name(isa or instruction_set() or "avx512")
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.so")
     if spec is None or spec.loader is None:
-        raise ImportError(f"no {MODULE_NAME}.so in {folder}")
+        raise ImportError(f"no {name}.so in {folder}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

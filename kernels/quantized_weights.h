@@ -14,8 +14,10 @@
 //   Q8_0: d[16], then 32 lines of 16 int8, one per k.
 #pragma once
 
-#include <immintrin.h>
 #include <cstdint>
+#include <immintrin.h>
+
+#include "simd16.h"
 
 namespace quantized {
 
@@ -24,33 +26,29 @@ constexpr int64_t GROUP = 32;  // k per quantization block (GGUF's QK4_1 and QK8
 struct Q4_1 {
   static constexpr int64_t BYTES = 32 + 32 + 16 * 16;
   const uint8_t* group;
-  __m512 d, m;
-  explicit Q4_1(const uint8_t* g)
-      : group(g),
-        d(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)))),
-        m(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)))) {}
+  simd::vec d, m;
+  explicit Q4_1(const uint8_t* g) : group(g), d(simd::from_fp16(g)), m(simd::from_fp16(g + 32)) {}
   // The weights of k = 2j and 2j + 1 of this group.
-  inline void pair(int64_t j, __m512& even, __m512& odd) const {
+  inline void pair(int64_t j, simd::vec& even, simd::vec& odd) const {
     const __m128i line = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 64 + 16 * j));
     const __m128i nibble = _mm_set1_epi8(0x0F);
     const __m128i low = _mm_and_si128(line, nibble);
     const __m128i high = _mm_and_si128(_mm_srli_epi16(line, 4), nibble);
-    even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(low)), d, m);
-    odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(high)), d, m);
+    even = simd::fmadd(simd::from_u8(low), d, m);
+    odd = simd::fmadd(simd::from_u8(high), d, m);
   }
 };
 
 struct Q8_0 {
   static constexpr int64_t BYTES = 32 + 32 * 16;
   const uint8_t* group;
-  __m512 d;
-  explicit Q8_0(const uint8_t* g)
-      : group(g), d(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)))) {}
-  inline __m512 one(int64_t k) const {
+  simd::vec d;
+  explicit Q8_0(const uint8_t* g) : group(g), d(simd::from_fp16(g)) {}
+  inline simd::vec one(int64_t k) const {
     const __m128i line = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 32 + 16 * k));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(line)), d);
+    return simd::mul(simd::from_i8(line), d);
   }
-  inline void pair(int64_t j, __m512& even, __m512& odd) const {
+  inline void pair(int64_t j, simd::vec& even, simd::vec& odd) const {
     even = one(2 * j);
     odd = one(2 * j + 1);
   }

@@ -14,7 +14,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cstring>
-#include <immintrin.h>
 #include <limits>
 #include <vector>
 
@@ -22,30 +21,29 @@
 
 namespace round_ops {
 
-constexpr int64_t LANES = 16;
+using simd::LANES;
 constexpr int64_t GRAIN_ROWS = 4;  // rows a thread takes at least (a row is ~5 us)
 
 // The first index of x's maximum, NaN counting as the maximum (torch.argmax's rule).
 inline int64_t argmax_row(const float* x, int64_t n) {
-  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __mmask16 nan = 0;
+  simd::vec best = simd::set1(-std::numeric_limits<float>::infinity());
+  simd::mask nan = 0;
   int64_t i = 0;
   for (; i + LANES <= n; i += LANES) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    best = _mm512_max_ps(best, v);
+    const simd::vec v = simd::loadu(x + i);
+    nan |= simd::unordered(v, v);
+    best = simd::max(best, v);
   }
-  float top = _mm512_reduce_max_ps(best);
+  float top = simd::reduce_max(best);
   bool any_nan = nan != 0;
   for (int64_t j = i; j < n; ++j) {
     any_nan = any_nan || x[j] != x[j];
     top = x[j] > top ? x[j] : top;
   }
-  const __m512 wanted = _mm512_set1_ps(top);
+  const simd::vec wanted = simd::set1(top);
   for (i = 0; i + LANES <= n; i += LANES) {  // the first NaN, else the first lane at the maximum
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __mmask16 hit = any_nan ? _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)
-                                  : _mm512_cmp_ps_mask(v, wanted, _CMP_EQ_OQ);
+    const simd::vec v = simd::loadu(x + i);
+    const simd::mask hit = any_nan ? simd::unordered(v, v) : simd::equal(v, wanted);
     if (hit) return i + __builtin_ctz(hit);
   }
   for (; i < n; ++i)
@@ -114,8 +112,7 @@ inline void top_k_row(const float* x, int64_t n, int64_t k, float* top, int64_t*
   int64_t i = 0;
   for (; i < n && filled < k; ++i) insert(x[i], i);
   for (; i + LANES <= n; i += LANES) {  // most vectors hold no lane above the k-th value
-    const __m512 v = _mm512_loadu_ps(x + i);
-    __mmask16 above = _mm512_cmp_ps_mask(v, _mm512_set1_ps(top[k - 1]), _CMP_GT_OQ);
+    simd::mask above = simd::greater(simd::loadu(x + i), simd::set1(top[k - 1]));
     for (; above; above &= above - 1) {
       const int64_t j = i + __builtin_ctz(above);
       if (x[j] > top[k - 1]) insert(x[j], j);  // an earlier lane may have raised the bar
@@ -130,17 +127,17 @@ inline void top_k_row(const float* x, int64_t n, int64_t k, float* top, int64_t*
 inline void softmax_topk_row(const float* x, int64_t n, int64_t k, float* probs, int64_t* ids) {
   top_k_row(x, n, k, probs, ids);
   const float top = probs[0];
-  __m512 sum = _mm512_setzero_ps();
-  const __m512 shift = _mm512_set1_ps(top);
+  simd::vec sum = simd::zero();
+  const simd::vec shift = simd::set1(top);
   for (int64_t i = 0; i < n; i += LANES) {
-    const __mmask16 lanes = vmath::lanes_below(i, n);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(lanes, vmath::exp(_mm512_sub_ps(v, shift))));
+    const simd::mask lanes = simd::lanes_below(i, n);
+    const simd::vec v = simd::maskz_loadu(lanes, x + i);
+    sum = simd::add(sum, simd::maskz_mov(lanes, vmath::exp(simd::sub(v, shift))));
   }
-  const float total = _mm512_reduce_add_ps(sum);
+  const float total = simd::reduce_add(sum);
   for (int64_t j = 0; j < k; ++j) {
-    const __m512 e = vmath::exp(_mm512_set1_ps(probs[j] - top));
-    probs[j] = _mm512_cvtss_f32(e) / total;
+    const simd::vec e = vmath::exp(simd::set1(probs[j] - top));
+    probs[j] = simd::first_lane(e) / total;
   }
 }
 

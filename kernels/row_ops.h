@@ -12,30 +12,31 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cmath>
-#include <immintrin.h>
+
+#include "simd16.h"
 
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
 namespace row_ops {
 
-constexpr int64_t LANES = 16;
+using simd::LANES;
 constexpr int64_t GRAIN_ROWS = 32;  // rows a thread takes at least: a decode step stays inline
 
 inline void rms_norm_row(const float* x, const float* w, float* out, int64_t d, float eps) {
-  __m512 squares = _mm512_setzero_ps();
+  simd::vec squares = simd::zero();
   int64_t i = 0;
   for (; i + LANES <= d; i += LANES) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    squares = _mm512_add_ps(squares, _mm512_mul_ps(v, v));
+    const simd::vec v = simd::loadu(x + i);
+    squares = simd::add(squares, simd::mul(v, v));
   }
-  float sum = _mm512_reduce_add_ps(squares);
+  float sum = simd::reduce_add(squares);
   for (; i < d; ++i) sum += x[i] * x[i];
   const float scale = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
-  const __m512 s = _mm512_set1_ps(scale);
+  const simd::vec s = simd::set1(scale);
   for (i = 0; i + LANES <= d; i += LANES) {  // (x * scale) * w, two roundings as the reference
-    const __m512 normed = _mm512_mul_ps(_mm512_loadu_ps(x + i), s);
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(normed, _mm512_loadu_ps(w + i)));
+    const simd::vec normed = simd::mul(simd::loadu(x + i), s);
+    simd::storeu(out + i, simd::mul(normed, simd::loadu(w + i)));
   }
   for (; i < d; ++i) out[i] = (x[i] * scale) * w[i];
 }
