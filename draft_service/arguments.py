@@ -127,7 +127,7 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         "--no-few-row-kernel",
         dest="few_row_kernel",
         action="store_false",
-        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
+        help="prepack for MKL's sgemm instead of the project's few-row kernel "
         "(kernels/few_row_linear.cpp)",
     )
     group.add_argument(

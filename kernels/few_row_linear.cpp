@@ -14,6 +14,7 @@
 // Each output row accumulates over K in chunks of CHUNK (a fresh register sum per chunk, added
 // to the running total), which keeps the rounding error below that of a single K-long sum.
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
@@ -33,6 +34,7 @@ namespace {
 constexpr int64_t BLOCK = 16;          // output columns per block: one simd::vec
 constexpr int64_t MAX_ROWS = 16;
 constexpr int64_t CHUNK = 64;          // k steps per partial sum
+
 // How far ahead of the multiply-adds the weight stream is requested: into L2 far ahead, into
 // L1 shortly before use (on a 2-core Xeon 6-10% faster than one L1 prefetch 32 lines ahead).
 constexpr int64_t PREFETCH_L1_BYTES = 16 * 64;
@@ -95,13 +97,46 @@ void one_quantized_block(const float* xt, const uint8_t* block, float* out, int6
   for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
+// Rows of x one pass over a block takes, their sums held in registers beside four for the
+// weights and x: all 16 with AVX-512's 32 registers; with AVX2's 16, six, and the rest in
+// further passes over the same block (from cache), each row's sums computed as in one pass.
+// 16 rows at once spilled the sums to memory: slower than MKL at 16 rows, where six a pass
+// beat it (2026-12-07, 2-core AMD EPYC without AVX-512; 4 or 7 a pass were slower).
+constexpr int ROWS_PER_PASS =
+    std::min<int>(MAX_ROWS, (simd::VECTOR_REGISTERS - 4) / simd::REGISTERS_PER_VEC);
+
+template <int M, typename W>
+void block_in_passes(const float* xt, const W* block, float* out, int64_t k_len, int64_t n_len) {
+  constexpr int rows = ROWS_PER_PASS;
+  if constexpr (M <= rows) {
+    one_block<M>(xt, block, out, k_len, n_len);
+  } else {
+    one_block<rows>(xt, block, out, k_len, n_len);
+    block_in_passes<M - rows>(xt + rows, block, out + rows * n_len, k_len, n_len);
+  }
+}
+
+template <int M, typename Format>
+void quantized_block_in_passes(const float* xt, const uint8_t* block, float* out, int64_t k_len,
+                               int64_t n_len) {
+  constexpr int rows = ROWS_PER_PASS;
+  if constexpr (M <= rows) {
+    one_quantized_block<M, Format>(xt, block, out, k_len, n_len);
+  } else {
+    one_quantized_block<rows, Format>(xt, block, out, k_len, n_len);
+    quantized_block_in_passes<M - rows, Format>(xt + rows, block, out + rows * n_len, k_len,
+                                                n_len);
+  }
+}
+
 template <int M, typename Format>
 void all_quantized_blocks(const float* xt, const uint8_t* packed, float* out, int64_t k_len,
                           int64_t n_len) {
   const int64_t block_bytes = k_len / quantized::GROUP * Format::BYTES;
   at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      one_quantized_block<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK, k_len, n_len);
+      quantized_block_in_passes<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK, k_len,
+                                           n_len);
   });
 }
 
@@ -109,7 +144,7 @@ template <int M, typename W>
 void all_blocks(const float* xt, const W* packed, float* out, int64_t k_len, int64_t n_len) {
   at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      one_block<M>(xt, packed + b * k_len * BLOCK, out + b * BLOCK, k_len, n_len);
+      block_in_passes<M>(xt, packed + b * k_len * BLOCK, out + b * BLOCK, k_len, n_len);
   });
 }
 

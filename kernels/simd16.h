@@ -19,6 +19,8 @@ constexpr int64_t LANES = 16;
 
 using vec = __m512;
 using mask = __mmask16;
+constexpr int REGISTERS_PER_VEC = 1;  // of the ISA's 32 vector registers
+constexpr int VECTOR_REGISTERS = 32;
 
 inline vec zero() { return _mm512_setzero_ps(); }
 inline vec set1(float x) { return _mm512_set1_ps(x); }
@@ -80,6 +82,8 @@ struct vec {
   __m256 lo, hi;
 };
 using mask = uint16_t;
+constexpr int REGISTERS_PER_VEC = 2;  // of the ISA's 16 vector registers
+constexpr int VECTOR_REGISTERS = 16;
 
 namespace detail {
 // Eight lanes' bits of m as a ymm mask (all ones where set), for maskload, blend and and.

@@ -4,8 +4,8 @@ A verify step runs a tree of ~16 tokens. At that size a linear layer streams its
 for little arithmetic, and torch's kernel (MKL sgemm) re-packs the weight on every call, so on a
 2-core CPU a 16-row forward of SmolLM2 cost almost twice a 1-row decode step. Packing each
 weight once at load time cuts that; the project's own kernel (kernels/few_row_linear.cpp,
-AVX-512) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed sgemm
-stands in where that kernel cannot be built. The figures: README, "On a small CPU". Steps of 1
+AVX-512 or AVX2) cuts it further by reading the weight ahead of the arithmetic, and MKL's packed
+sgemm stands in where that kernel cannot be built. The figures: README, "On a small CPU". Steps of 1
 to 3 rows (decode steps) take the kernel too: on a 2-core AMD EPYC torch's one-row GEMV ran
 1.3-2.7x slower than the kernel (the LM head 10.5 ms against 3.9), and target-only decoding
 through the stack went from 15.5-17.3 to 23.9-30.8 tok/s; on a 2-core Xeon a decode step with

@@ -50,7 +50,7 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
         choices=DTYPE_CHOICES,
         help="draft dtype (never changes the output); auto: bfloat16 on CUDA and on CPUs with "
         "native bf16 (AMX / AVX-512 BF16), else float32; but float32 for an EAGLE head where "
-        "the few-row kernel runs (AVX-512) and the CPU has no AMX: faster there",
+        "the few-row kernel runs (AVX-512 or AVX2) and the CPU has no AMX: faster there",
     )
     group.add_argument(
         "--num-slots",

@@ -100,7 +100,7 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         "(dense gather + SDPA), 'flashinfer' (the paged backend with FlashInfer's decode "
         "kernel: CUDA, float16/bfloat16, no CUDA graphs; pip install '.[gpu]'), or 'auto' "
         "(default: paged on CUDA where triton is installed; on CPU paged in float32 where the C++ "
-        "kernel builds (AVX-512), else torch)",
+        "kernel builds (AVX-512 or AVX2), else torch)",
     )
     group.add_argument(
         "--no-prepack",
@@ -114,7 +114,7 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         "--no-few-row-kernel",
         dest="few_row_kernel",
         action="store_false",
-        help="prepack for MKL's sgemm instead of the project's AVX-512 few-row kernel "
+        help="prepack for MKL's sgemm instead of the project's few-row kernel "
         "(kernels/few_row_linear.cpp), which is built on first use",
     )
     group.add_argument(

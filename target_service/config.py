@@ -56,7 +56,7 @@ class TargetConfig:
     def attention_backend(self) -> str:
         """"auto" resolved: the paged Triton kernel on CUDA where triton imports (on the H200 it
         decoded 1.8x faster through the stack than torch's, benchmarks/results); on CPU the
-        paged C++ kernel in float32 where it builds (AVX-512; on the default model's heads
+        paged C++ kernel in float32 where it builds (AVX-512 or AVX2; on the default model's heads
         4-15x torch's gather and SDPA for a decode, 1.6-3.9x for a 17-node verify, docs/cpu.md),
         else torch. The engine checks the model's own dtype too (paged.load_cpu_kernel)."""
         if self.attention != "auto":

@@ -26,7 +26,8 @@ from tests.helpers.prompts import chat_ids, pick_prompts
 from tests.helpers.rpc import Router, greedy
 
 pytestmark = pytest.mark.slow
-# --exact needs the CPU kernels (AVX-512); without them the default numerics run, equal in practice.
+# --exact needs the CPU kernels (AVX-512 or AVX2); without them the default numerics run, equal
+# in practice.
 EXACT = ["--exact"] if few_row_linear.unavailable_reason() is None else []
 
 MAX_NEW = 40  # 8 prompts x 2 modes; ~100 verify steps for the acceptance mean (3.0 measured)
