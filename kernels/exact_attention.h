@@ -24,12 +24,14 @@
 #include <ATen/ATen.h>
 
 #include "attention_tile.h"
+#include "check.h"
 
 namespace exact {
 
 void check(const at::Tensor& t, int64_t dims, c10::ScalarType type, const char* name) {
-  TORCH_CHECK(t.dim() == dims && t.scalar_type() == type && t.is_contiguous() && !t.is_cuda(),
-              name, ": expected a contiguous CPU tensor of ", dims, " dims and type ", type);
+  KERNEL_CHECK(t.dim() == dims && t.scalar_type() == type && t.is_contiguous() && !t.is_cuda(),
+               "%s: expected a contiguous CPU tensor of %lld dims and type %s", name,
+               static_cast<long long>(dims), c10::toString(type));
 }
 
 // Each run of consecutive tokens of one request, cut into tiles of at most TILE tokens of
@@ -125,7 +127,8 @@ at::Tensor store_and_attend(const at::Tensor& q, const at::Tensor& k_new, const 
   const auto keys = k_new.contiguous(), values = v_new.contiguous();
   const int64_t* slot = write_slots.data_ptr<int64_t>();
   for (int64_t t = 0; t < tokens; ++t)  // all checked before any is written
-    TORCH_CHECK(slot[t] >= 0 && slot[t] < slots, "write slot ", slot[t], " outside the pool");
+    KERNEL_CHECK(slot[t] >= 0 && slot[t] < slots, "write slot %lld outside the pool",
+                 static_cast<long long>(slot[t]));
   for (int64_t t = 0; t < tokens; ++t) {
     std::memcpy(k_pool.data_ptr<float>() + slot[t] * row, keys.data_ptr<float>() + t * row,
                 row * sizeof(float));

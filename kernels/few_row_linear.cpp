@@ -44,24 +44,48 @@ constexpr int64_t PREFETCH_L2_BYTES = 64 * 64;
 inline simd::vec load16(const float* w) { return simd::loadu(w); }
 inline simd::vec load16(const uint16_t* w) { return simd::from_bf16(w); }
 
+// Rows of x one pass over a chunk takes, their sums held in registers beside four for the
+// weights and x: all 16 with AVX-512's 32 registers; with AVX2's 16, six, and further passes
+// over the same chunk of weights (from L1) take the rest. 16 rows at once spilled the sums to
+// memory and ran slower than MKL (2026-12-07, 2-core AMD EPYC without AVX-512).
+constexpr int ROWS_PER_PASS =
+    std::min<int>(MAX_ROWS, (simd::VECTOR_REGISTERS - 4) / simd::REGISTERS_PER_VEC);
+
+// Rows R..R+P-1's sums over k0..k1-1, w holding those k's weights ([k1 - k0][16]), each in k
+// order from zero, added to the row's total: the one-pass kernels' arithmetic exactly.
+template <int R, int P, bool Fetch, typename W>
+inline void chunk_rows(const float* xt, const W* w, int64_t k0, int64_t k1, float (*total)[BLOCK]) {
+  simd::vec acc[P];
+  for (int m = 0; m < P; ++m) acc[m] = simd::zero();
+  for (int64_t k = k0; k < k1; ++k) {
+    if constexpr (Fetch && R == 0) {  // the first pass brings the weights in
+      const char* here = reinterpret_cast<const char*>(w + (k - k0) * BLOCK);
+      _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
+      _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
+    }
+    const simd::vec wk = load16(w + (k - k0) * BLOCK);
+    const float* x = xt + k * MAX_ROWS + R;
+    for (int m = 0; m < P; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), wk, acc[m]);
+  }
+  for (int m = 0; m < P; ++m)
+    simd::store(total[R + m], simd::add(simd::load(total[R + m]), acc[m]));
+}
+
+template <int R, int M, bool Fetch, typename W>
+inline void chunk_in_passes(const float* xt, const W* w, int64_t k0, int64_t k1,
+                            float (*total)[BLOCK]) {
+  constexpr int P = std::min(M - R, ROWS_PER_PASS);
+  chunk_rows<R, P, Fetch>(xt, w, k0, k1, total);
+  if constexpr (R + P < M) chunk_in_passes<R + P, M, Fetch>(xt, w, k0, k1, total);
+}
+
 // Rows 0..M-1 of one output block. xt: x transposed to [K][MAX_ROWS].
 template <int M, typename W>
 void one_block(const float* xt, const W* block, float* out, int64_t k_len, int64_t n_len) {
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     const int64_t k1 = std::min(k0 + CHUNK, k_len);
-    simd::vec acc[M];
-    for (int m = 0; m < M; ++m) acc[m] = simd::zero();
-    for (int64_t k = k0; k < k1; ++k) {
-      const char* here = reinterpret_cast<const char*>(block + k * BLOCK);
-      _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
-      _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
-      const simd::vec w = load16(block + k * BLOCK);
-      const float* x = xt + k * MAX_ROWS;
-      for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), w, acc[m]);
-    }
-    for (int m = 0; m < M; ++m)
-      simd::store(total[m], simd::add(simd::load(total[m]), acc[m]));
+    chunk_in_passes<0, M, true>(xt, block + k0 * BLOCK, k0, k1, total);
   }
   for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
@@ -97,36 +121,33 @@ void one_quantized_block(const float* xt, const uint8_t* block, float* out, int6
   for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
-// Rows of x one pass over a block takes, their sums held in registers beside four for the
-// weights and x: all 16 with AVX-512's 32 registers; with AVX2's 16, six, and the rest in
-// further passes over the same block (from cache), each row's sums computed as in one pass.
-// 16 rows at once spilled the sums to memory: slower than MKL at 16 rows, where six a pass
-// beat it (2026-12-07, 2-core AMD EPYC without AVX-512; 4 or 7 a pass were slower).
-constexpr int ROWS_PER_PASS =
-    std::min<int>(MAX_ROWS, (simd::VECTOR_REGISTERS - 4) / simd::REGISTERS_PER_VEC);
-
-template <int M, typename W>
-void block_in_passes(const float* xt, const W* block, float* out, int64_t k_len, int64_t n_len) {
-  constexpr int rows = ROWS_PER_PASS;
-  if constexpr (M <= rows) {
-    one_block<M>(xt, block, out, k_len, n_len);
-  } else {
-    one_block<rows>(xt, block, out, k_len, n_len);
-    block_in_passes<M - rows>(xt + rows, block, out + rows * n_len, k_len, n_len);
-  }
-}
-
+// More rows than one pass holds (AVX2): each chunk's weights are rebuilt once, into an fp32
+// buffer in L1, and every pass reads them there. Rebuilt in every pass instead, all of the
+// default model's linear layers took 14% longer at 8 rows, 33% at 16 (2026-12-07, 2-core EPYC).
 template <int M, typename Format>
-void quantized_block_in_passes(const float* xt, const uint8_t* block, float* out, int64_t k_len,
-                               int64_t n_len) {
-  constexpr int rows = ROWS_PER_PASS;
-  if constexpr (M <= rows) {
-    one_quantized_block<M, Format>(xt, block, out, k_len, n_len);
-  } else {
-    one_quantized_block<rows, Format>(xt, block, out, k_len, n_len);
-    quantized_block_in_passes<M - rows, Format>(xt + rows, block, out + rows * n_len, k_len,
-                                                n_len);
+void one_quantized_block_in_passes(const float* xt, const uint8_t* block, float* out,
+                                   int64_t k_len, int64_t n_len) {
+  constexpr int64_t PAIR_BYTES = Format::BYTES / (quantized::GROUP / 2);
+  alignas(64) float total[M][BLOCK] = {};
+  alignas(64) float rebuilt[CHUNK][BLOCK];
+  for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
+    const int64_t k1 = std::min(k0 + CHUNK, k_len);
+    for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
+      const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
+      const Format weights(group);
+      for (int64_t j = 0; j < quantized::GROUP / 2; ++j) {
+        const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
+        _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
+        _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
+        simd::vec even, odd;
+        weights.pair(j, even, odd);
+        simd::store(rebuilt[g0 - k0 + 2 * j], even);
+        simd::store(rebuilt[g0 - k0 + 2 * j + 1], odd);
+      }
+    }
+    chunk_in_passes<0, M, false>(xt, &rebuilt[0][0], k0, k1, total);
   }
+  for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
 template <int M, typename Format>
@@ -135,8 +156,12 @@ void all_quantized_blocks(const float* xt, const uint8_t* packed, float* out, in
   const int64_t block_bytes = k_len / quantized::GROUP * Format::BYTES;
   at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      quantized_block_in_passes<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK, k_len,
-                                           n_len);
+      if constexpr (M <= ROWS_PER_PASS)
+        one_quantized_block<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK, k_len,
+                                       n_len);
+      else
+        one_quantized_block_in_passes<M, Format>(xt, packed + b * block_bytes, out + b * BLOCK,
+                                                 k_len, n_len);
   });
 }
 
@@ -144,7 +169,7 @@ template <int M, typename W>
 void all_blocks(const float* xt, const W* packed, float* out, int64_t k_len, int64_t n_len) {
   at::parallel_for(0, n_len / BLOCK, 2, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      block_in_passes<M>(xt, packed + b * k_len * BLOCK, out + b * BLOCK, k_len, n_len);
+      one_block<M>(xt, packed + b * k_len * BLOCK, out + b * BLOCK, k_len, n_len);
   });
 }
 

@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "few_row_linear.cpp"
 HEADERS = (
     "simd16.h",
+    "check.h",
     "exact_attention.h",
     "attention_tile.h",
     "vector_math.h",

@@ -17,6 +17,7 @@
 #include <limits>
 #include <vector>
 
+#include "check.h"
 #include "vector_math.h"
 
 namespace round_ops {
@@ -82,8 +83,9 @@ inline void compact_rows(const std::vector<at::Tensor>& pools, const at::Tensor&
     TORCH_CHECK(pool.device().is_cpu() && pool.is_contiguous() && pool.dim() >= 1,
                 "compact_rows: pools must be contiguous CPU tensors");
     for (int64_t i = 0; i < moves; ++i)
-      TORCH_CHECK(s[i] >= 0 && s[i] < pool.size(0) && d[i] >= 0 && d[i] < pool.size(0),
-                  "compact_rows: a slot lies outside a pool of ", pool.size(0), " rows");
+      KERNEL_CHECK(s[i] >= 0 && s[i] < pool.size(0) && d[i] >= 0 && d[i] < pool.size(0),
+                   "compact_rows: a slot lies outside a pool of %lld rows",
+                   static_cast<long long>(pool.size(0)));
   }
   std::vector<char> held;
   for (const auto& pool : pools) {
