@@ -52,6 +52,7 @@ FLAGS = {
 MODULE_NAME = "splitspec_few_row_linear"
 
 
+@functools.cache
 def instruction_set() -> str | None:
     """"avx512" or "avx2" (with FMA and F16C): what the kernels are built for here; None if
     neither. torch's capability reads AVX2 only where FMA is there too."""

@@ -3,6 +3,8 @@ torch reference."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -166,3 +168,31 @@ def test_the_published_module_imports_without_a_compiler(kernel) -> None:
     torch.testing.assert_close(
         module.linear(x, module.pack(weight)), few_row_linear.reference(x, weight)
     )
+
+
+@pytest.mark.parametrize(
+    ("capability", "flags", "expected"),
+    [
+        ("AVX512", set(), "avx512"),
+        ("AVX2", {"avx2", "fma", "f16c"}, "avx2"),
+        ("AVX2", {"avx2", "fma"}, None),  # no F16C: the quantized copies' scales need it
+        ("DEFAULT", {"f16c"}, None),
+    ],
+)
+def test_the_build_follows_the_cpus_instruction_set(monkeypatch, capability, flags, expected):
+    """AVX-512 where torch reports it, else AVX2 with F16C; neither leaves torch's kernels,
+    and says why. The build folder and module name differ per instruction set."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(few_row_linear, "cpu_flags", lambda: flags)
+    few_row_linear.instruction_set.cache_clear()
+    try:
+        assert few_row_linear.instruction_set() == expected
+        reason = few_row_linear.unavailable_reason()
+        if expected is None:
+            assert reason is not None and "AVX2 with F16C" in reason and capability in reason
+        elif reason is not None:  # the CPU's set is fine; a missing compiler may still say no
+            assert "not installed" in reason
+    finally:
+        few_row_linear.instruction_set.cache_clear()
+    wide, narrow = (few_row_linear.build_folder(Path("/c"), isa) for isa in ("avx512", "avx2"))
+    assert wide != narrow and narrow.name.startswith("splitspec_few_row_linear_avx2-")
