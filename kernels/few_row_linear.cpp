@@ -90,31 +90,40 @@ void one_block(const float* xt, const W* block, float* out, int64_t k_len, int64
   for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
 }
 
-// The same from quantized groups (quantized_weights.h): the fp32 kernel's multiply-adds in
-// its order, on the very weights it would read, rebuilt in registers.
+// Each pair of k in k0..k1-1 (k0 even) with its 16 columns' weights rebuilt from the quantized
+// groups (quantized_weights.h) in registers, in k order, the stream prefetched ahead.
+template <typename Format, typename Use>
+inline void rebuilt_pairs(const uint8_t* block, int64_t k0, int64_t k1, Use use) {
+  constexpr int64_t PAIR_BYTES = Format::BYTES / (quantized::GROUP / 2);
+  for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
+    const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
+    const Format weights(group);
+    for (int64_t j = 0; j < quantized::GROUP / 2; ++j) {
+      const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
+      _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
+      _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
+      simd::vec even, odd;
+      weights.pair(j, even, odd);
+      use(g0 + 2 * j, even, odd);
+    }
+  }
+}
+
+// The same from quantized groups: the fp32 kernel's multiply-adds in its order, on the very
+// weights it would read, rebuilt in registers.
 template <int M, typename Format>
 void one_quantized_block(const float* xt, const uint8_t* block, float* out, int64_t k_len, int64_t n_len) {
-  constexpr int64_t PAIR_BYTES = Format::BYTES / (quantized::GROUP / 2);
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
-    const int64_t k1 = std::min(k0 + CHUNK, k_len);
     simd::vec acc[M];
     for (int m = 0; m < M; ++m) acc[m] = simd::zero();
-    for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
-      const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
-      const Format weights(group);
-      for (int64_t j = 0; j < quantized::GROUP / 2; ++j) {
-        const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
-        _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
-        _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
-        simd::vec even, odd;
-        weights.pair(j, even, odd);
-        const float* x = xt + (g0 + 2 * j) * MAX_ROWS;
-        for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), even, acc[m]);
-        x += MAX_ROWS;
-        for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), odd, acc[m]);
-      }
-    }
+    rebuilt_pairs<Format>(block, k0, std::min(k0 + CHUNK, k_len),
+                          [&](int64_t k, simd::vec even, simd::vec odd) {
+      const float* x = xt + k * MAX_ROWS;
+      for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), even, acc[m]);
+      x += MAX_ROWS;
+      for (int m = 0; m < M; ++m) acc[m] = simd::fmadd(simd::set1(x[m]), odd, acc[m]);
+    });
     for (int m = 0; m < M; ++m)
       simd::store(total[m], simd::add(simd::load(total[m]), acc[m]));
   }
@@ -127,24 +136,14 @@ void one_quantized_block(const float* xt, const uint8_t* block, float* out, int6
 template <int M, typename Format>
 void one_quantized_block_in_passes(const float* xt, const uint8_t* block, float* out,
                                    int64_t k_len, int64_t n_len) {
-  constexpr int64_t PAIR_BYTES = Format::BYTES / (quantized::GROUP / 2);
   alignas(64) float total[M][BLOCK] = {};
   alignas(64) float rebuilt[CHUNK][BLOCK];
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     const int64_t k1 = std::min(k0 + CHUNK, k_len);
-    for (int64_t g0 = k0; g0 < k1; g0 += quantized::GROUP) {
-      const uint8_t* group = block + (g0 / quantized::GROUP) * Format::BYTES;
-      const Format weights(group);
-      for (int64_t j = 0; j < quantized::GROUP / 2; ++j) {
-        const char* here = reinterpret_cast<const char*>(group) + j * PAIR_BYTES;
-        _mm_prefetch(here + PREFETCH_L1_BYTES, _MM_HINT_T0);
-        _mm_prefetch(here + PREFETCH_L2_BYTES, _MM_HINT_T1);
-        simd::vec even, odd;
-        weights.pair(j, even, odd);
-        simd::store(rebuilt[g0 - k0 + 2 * j], even);
-        simd::store(rebuilt[g0 - k0 + 2 * j + 1], odd);
-      }
-    }
+    rebuilt_pairs<Format>(block, k0, k1, [&](int64_t k, simd::vec even, simd::vec odd) {
+      simd::store(rebuilt[k - k0], even);
+      simd::store(rebuilt[k - k0 + 1], odd);
+    });
     chunk_in_passes<0, M, false>(xt, &rebuilt[0][0], k0, k1, total);
   }
   for (int m = 0; m < M; ++m) simd::storeu(out + m * n_len, simd::load(total[m]));
