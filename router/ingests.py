@@ -156,7 +156,7 @@ class Ingests:
             with telemetry.draft_timer(replica.address, "Ingest"):
                 reply = await replica.stub.Ingest(iter(chunks), timeout=deadline)
         except grpc.aio.AioRpcError as err:
-            self._failed(req, replica, err, deadline)
+            self._failed(req, replica, err, deadline, time.perf_counter() - started)
             return
         except asyncio.CancelledError:
             if cancelling_this_task():
@@ -180,11 +180,22 @@ class Ingests:
         req.draft_synced = req.num_computed == last
 
     def _failed(
-        self, req: Request, replica: DraftReplica, err: grpc.aio.AioRpcError, deadline: float
+        self,
+        req: Request,
+        replica: DraftReplica,
+        err: grpc.aio.AioRpcError,
+        deadline: float,
+        elapsed: float,
     ) -> None:
         req.draft_end = -1  # whatever the replica holds now is not known
         if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms)")
+        elif err.code() in DEADLINE_RACE_CODES and elapsed >= deadline:
+            # gRPC's race again: a deadline passing while the request iterator writes can end
+            # the call INTERNAL ("Failed execute_batch" of a send) or CANCELLED instead. Taken
+            # as a loss, it dropped a healthy replica (CI, 2026-12-07). A call that ran its
+            # whole deadline missed it, whatever its status says.
+            self.pool.missed(replica, f"Ingest ({deadline * 1e3:.0f} ms, ended {err.code().name})")
         elif err.code() == grpc.StatusCode.INVALID_ARGUMENT:
             log.error("replica %s refused the context of %s: %s", replica.address,
                       req.request_id, err.details())  # fmt: skip
@@ -192,6 +203,9 @@ class Ingests:
             req.replica = None
         else:
             self.lose_replica(replica, f"Ingest: {err.code().name}")
+
+
+DEADLINE_RACE_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED)
 
 
 def cancelling_this_task() -> bool:

@@ -105,3 +105,33 @@ def test_a_cancel_of_the_task_itself_still_cancels_it() -> None:
             await server.stop(None)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("code", "elapsed_s", "lost"),
+    [
+        (grpc.StatusCode.INTERNAL, DEADLINE_S * 1.5, False),  # the race: a missed deadline
+        (grpc.StatusCode.CANCELLED, DEADLINE_S, False),
+        (grpc.StatusCode.INTERNAL, DEADLINE_S / 4, True),  # well inside its deadline: a loss
+        (grpc.StatusCode.UNAVAILABLE, DEADLINE_S * 1.5, True),
+    ],
+)
+def test_a_call_that_ran_its_deadline_out_is_a_miss_whatever_its_status(code, elapsed_s, lost):
+    """gRPC can end an Ingest whose deadline passed mid-send as INTERNAL ("Failed
+    execute_batch") instead of DEADLINE_EXCEEDED: that is a missed deadline, not a lost replica
+    (which would drop it from rotation); the same status well inside the deadline is a loss."""
+    losses: list[str] = []
+
+    async def fail_one() -> tuple[Request, int]:
+        pool = DraftPool(["127.0.0.1:1"], timeout_s=DEADLINE_S, deadline_floor_s=DEADLINE_S)
+        replica, req = pool.replicas[0], behind("raced")
+        ingests = Ingests(pool, None, lambda _replica, why: losses.append(why))
+        err = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "Internal")
+        ingests._failed(req, replica, err, DEADLINE_S, elapsed_s)
+        await pool.close()
+        return req, replica.health.misses
+
+    req, misses = asyncio.run(fail_one())
+    assert req.draft_end == -1
+    assert bool(losses) == lost, losses
+    assert misses == (0 if lost else 1)
