@@ -44,8 +44,8 @@ inline simd::vec lane_dots(const simd::vec* qv, const float* k) {
 
 // A whole block of 16 keys: constant indices (the fold), so the 16 sums stay in registers.
 template <int C, typename SlotOf, size_t... R>
-inline simd::vec block_dots(const simd::vec* qv, const Head& head, SlotOf slot_of, int64_t first,
-                         std::index_sequence<R...>) {
+inline simd::vec block_dots(const simd::vec* qv, const Head& head, SlotOf slot_of,
+                            int64_t first, std::index_sequence<R...>) {
   const simd::vec dots[] = {
       lane_dots<C>(qv, head.k_pool + slot_of(first + R) * head.slot_stride + head.offset)...};
   return vmath::sum16(dots);
@@ -54,7 +54,7 @@ inline simd::vec block_dots(const simd::vec* qv, const Head& head, SlotOf slot_o
 // Any block (count <= 16 keys, any head dim): masked loads, the same sums for each key.
 template <typename SlotOf>
 simd::vec partial_block_dots(const float* q, const Head& head, SlotOf slot_of, int64_t first,
-                          int64_t count) {
+                             int64_t count) {
   simd::vec dots[LANES];
   for (int64_t r = 0; r < LANES; ++r) {
     dots[r] = simd::zero();
@@ -62,8 +62,7 @@ simd::vec partial_block_dots(const float* q, const Head& head, SlotOf slot_of, i
     const float* k = head.k_pool + slot_of(first + r) * head.slot_stride + head.offset;
     for (int64_t i = 0; i < head.dim; i += LANES) {
       const simd::mask m = lanes_below(i, head.dim);
-      dots[r] = simd::fmadd(simd::maskz_loadu(m, q + i), simd::maskz_loadu(m, k + i),
-                                dots[r]);
+      dots[r] = simd::fmadd(simd::maskz_loadu(m, q + i), simd::maskz_loadu(m, k + i), dots[r]);
     }
   }
   return vmath::sum16(dots);
@@ -83,8 +82,7 @@ void score_block(const float* q, const Head& head, SlotOf slot_of, int64_t first
   } else {
     sums = partial_block_dots(q, head, slot_of, first, count);
   }
-  simd::mask_storeu(scores + first, lanes_below(0, count),
-                        simd::mul(sums, simd::set1(scale)));
+  simd::mask_storeu(scores + first, lanes_below(0, count), simd::mul(sums, simd::set1(scale)));
 }
 
 // exp(score - max) in place for a token's num_keys scores; returns their sum, added lane-wise
@@ -176,7 +174,7 @@ void tile_chunks(const Tile& tile, const Head& head, const float* const* weights
     const simd::vec total = simd::set1(totals[t]);
     for (int c = 0; c < CC; ++c)
       simd::mask_storeu(tile.out[t] + i + c * LANES, lanes_below(i + c * LANES, head.dim),
-                            simd::div(acc[t][c], total));
+                        simd::div(acc[t][c], total));
   }
 }
 

@@ -1,4 +1,5 @@
-// Paged attention on the CPU, fp32 (simd16.h: AVX-512 or AVX2): the same function as kernels/paged_reference.py.
+// Paged attention on the CPU, fp32 (simd16.h: AVX-512 or AVX2): the same function as
+// kernels/paged_reference.py.
 // Included by few_row_linear.cpp, so the CPU kernels build as one translation unit (torch's
 // headers, most of the build time, are compiled once).
 //

@@ -112,7 +112,8 @@ inline void rebuilt_pairs(const uint8_t* block, int64_t k0, int64_t k1, Use use)
 // The same from quantized groups: the fp32 kernel's multiply-adds in its order, on the very
 // weights it would read, rebuilt in registers.
 template <int M, typename Format>
-void one_quantized_block(const float* xt, const uint8_t* block, float* out, int64_t k_len, int64_t n_len) {
+void one_quantized_block(const float* xt, const uint8_t* block, float* out, int64_t k_len,
+                         int64_t n_len) {
   alignas(64) float total[M][BLOCK] = {};
   for (int64_t k0 = 0; k0 < k_len; k0 += CHUNK) {
     simd::vec acc[M];
