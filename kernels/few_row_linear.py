@@ -4,7 +4,8 @@ quantized_weights.h reads them) and the exact paged attention (exact_attention.h
 module; build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes about 20 s on 2 cores once per cache, source and torch version;
+``<cache>/kernels/``, which takes 20-40 s on 2 cores (AVX2: 33-37 s on a 2-core EPYC) once per
+cache, source, instruction set and torch version;
 ``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). It is built for
 AVX-512 where the CPU has it, else for AVX2 with FMA and F16C (simd16.h: the same 16-lane code
 and the same bits either way). Where it cannot be built or run (neither, no compiler, not x86)
@@ -109,7 +110,7 @@ def load(cache_dir: Path | None = None, isa: str | None = None) -> ModuleType | 
     built: list[ModuleType] = []
     if not final.exists():
         log.info(
-            "building the few-row linear kernel for %s (once per cache; about 20 s on 2 cores)",
+            "building the few-row linear kernel for %s (once per cache; 20-40 s on 2 cores)",
             isa,
         )
     try:
