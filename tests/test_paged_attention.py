@@ -178,8 +178,9 @@ GREEDY = SamplingSpec(0.0, 1.0, 0, 0)
 PROMPTS = [[3, 9, 27, 81, 243, 5, 7], [11, 13, 17], [100, 200, 300, 400, 500]]
 
 
-def run_engine(model, attention: str, seed: int) -> list:
-    """Prefills, decodes a few mixed steps, then verifies random trees; returns what came out."""
+def run_engine(model, attention: str, seed: int, num_trees: int = 3) -> list:
+    """Prefills, decodes a few mixed steps, then verifies random trees (one per request, for the
+    first ``num_trees`` of the three); returns what came out."""
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     config = TargetConfig(model_path=Path("."), cache_dir=default_cache_dir(), dtype=dtype,
                           num_slots=NUM_SLOTS, device=DEVICE, attention=attention)  # fmt: skip
@@ -197,7 +198,7 @@ def run_engine(model, attention: str, seed: int) -> list:
     out.append(engine.forward(mixed).next_token_ids)  # decode tokens beside a prefill chunk
     lengths = [n + 1 for n in lengths] + [len(PROMPTS[2])]
     rng = random.Random(seed)
-    trees = [random_tree(rng, vocab=50) for _ in range(3)]
+    trees = [random_tree(rng, vocab=50) for _ in range(num_trees)]
     results, *_ = engine.verify(
         [VerifyItem(f"r{i}", lengths[i], [out[-1][i], *t.tokens[1:]], t.parents,
                     [next(slot) for _ in t.tokens], True) for i, t in enumerate(trees)]
