@@ -35,10 +35,12 @@ run: $(STAMP)
 # Lint first (seconds with mypy's cache; ~35 s on 2 cores without it, most of it torch's types):
 # a line past 100 columns or a type error in the packages `lint` names fails the run.
 # Then two pytest runs: every test not marked `serial` in TEST_WORKERS processes (xdist: the
-# end-to-end tests spend much of their time waiting for their services, so on 2 cores two at
-# once took the suite from 16.4 to 9.8 min), then the `serial` ones alone: the container test
-# and tests that time a window of the wall clock. Both run even if the first fails.
-TEST_WORKERS ?= 2
+# end-to-end tests spend much of their time waiting for their services: on 2 cores two at once
+# took the suite from 16.4 to 9.8 min, and three from 14.4 to 11.5 min on a 2-core EPYC without
+# AVX-512, 2026-12-07, where the CPU kernel tests now run too), then the `serial` ones alone:
+# the container test and tests that time a window of the wall clock. Both run even if the first
+# fails.
+TEST_WORKERS ?= 3
 test: lint
 	status=0; \
 	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) -m "not serial" --durations=40 || status=$$?; \
