@@ -261,7 +261,12 @@ class DraftServicer(draft_pb2_grpc.DraftModelServicer):
         return draft_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802
-        return self.info
+        # Not through the compute thread: admission asks with a 2 s deadline, which a long
+        # Ingest could outlast; a count read beside a call is as good as one read after it.
+        info = draft_pb2.DraftInfo()
+        info.CopyFrom(self.info)
+        info.num_requests = len(self.engine.drafter.held_ids())
+        return info
 
 
 def _guard(context: grpc.ServicerContext, fn):

@@ -94,7 +94,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DraftInfo(_message.Message):
-    __slots__ = ("method", "needs_hidden", "hidden_size", "num_steps", "topk", "num_draft_tokens", "device", "dtype", "vocab_size")
+    __slots__ = ("method", "needs_hidden", "hidden_size", "num_steps", "topk", "num_draft_tokens", "device", "dtype", "vocab_size", "num_requests")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     NEEDS_HIDDEN_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class DraftInfo(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     method: str
     needs_hidden: bool
     hidden_size: int
@@ -113,4 +114,5 @@ class DraftInfo(_message.Message):
     device: str
     dtype: str
     vocab_size: int
-    def __init__(self, method: _Optional[str] = ..., needs_hidden: _Optional[bool] = ..., hidden_size: _Optional[int] = ..., num_steps: _Optional[int] = ..., topk: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., vocab_size: _Optional[int] = ...) -> None: ...
+    num_requests: int
+    def __init__(self, method: _Optional[str] = ..., needs_hidden: _Optional[bool] = ..., hidden_size: _Optional[int] = ..., num_steps: _Optional[int] = ..., topk: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., vocab_size: _Optional[int] = ..., num_requests: _Optional[int] = ...) -> None: ...

@@ -199,7 +199,7 @@ class ClaimResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class TargetInfo(_message.Message):
-    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics", "max_decode_steps", "masked_verify_graph_batch")
+    __slots__ = ("model_name", "architecture", "vocab_size", "max_context_length", "num_slots", "hidden_size", "dtype", "device", "max_batch_tokens", "max_requests", "max_tree_tokens", "decode_graph_batches", "exact_numerics", "max_decode_steps", "masked_verify_graph_batch", "num_requests")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +215,7 @@ class TargetInfo(_message.Message):
     EXACT_NUMERICS_FIELD_NUMBER: _ClassVar[int]
     MAX_DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     MASKED_VERIFY_GRAPH_BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     architecture: str
     vocab_size: int
@@ -230,4 +231,5 @@ class TargetInfo(_message.Message):
     exact_numerics: bool
     max_decode_steps: int
     masked_verify_graph_batch: int
-    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ..., max_tree_tokens: _Optional[int] = ..., decode_graph_batches: _Optional[_Iterable[int]] = ..., exact_numerics: _Optional[bool] = ..., max_decode_steps: _Optional[int] = ..., masked_verify_graph_batch: _Optional[int] = ...) -> None: ...
+    num_requests: int
+    def __init__(self, model_name: _Optional[str] = ..., architecture: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., num_slots: _Optional[int] = ..., hidden_size: _Optional[int] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_requests: _Optional[int] = ..., max_tree_tokens: _Optional[int] = ..., decode_graph_batches: _Optional[_Iterable[int]] = ..., exact_numerics: _Optional[bool] = ..., max_decode_steps: _Optional[int] = ..., masked_verify_graph_batch: _Optional[int] = ..., num_requests: _Optional[int] = ...) -> None: ...

@@ -149,7 +149,11 @@ class TargetServicer(target_pb2_grpc.TargetModelServicer):
         return target_pb2.ReleaseResponse(num_released=released)
 
     def GetInfo(self, request, context):  # noqa: N802
-        return self.info
+        # Not through the compute thread: the router's probes would wait behind a long step.
+        info = target_pb2.TargetInfo()
+        info.CopyFrom(self.info)
+        info.num_requests = len(self.engine.table)
+        return info
 
     def Claim(self, request, context):  # noqa: N802
         if request.give_up:

@@ -147,7 +147,10 @@ def test_make_run_command_streams_the_demo_on_an_empty_cache_beside_a_second_sta
     )
     assert figures, verdict
     ratio, with_drafts, plain = map(float, figures.groups())
-    assert abs(ratio - with_drafts / plain) < 0.01, verdict
+    # The ratio is printed from the unrounded speeds: allow each speed's rounding to 0.1 tok/s
+    # (14.5 against 11.6 printed as 1.26x: 1.25 from the rounded figures, on a slow CPU).
+    slack = 0.005 + with_drafts / plain * (0.05 / with_drafts + 0.05 / plain)
+    assert abs(ratio - with_drafts / plain) <= slack, verdict
     # What a user sees (once test_e2e_serve_demo.py, the same command on a warm cache): the
     # EAGLE draft by default, speed and acceptance figures, and no service outliving it.
     assert "draft  (internal, splitspec.draft.v1.DraftModel, eagle)" in out

@@ -235,9 +235,17 @@ def test_propose_stream_answers_as_propose(ngram) -> None:
     release(ngram, "st")
 
 
+def held(stub) -> int:
+    return stub.GetInfo(draft_pb2.GetInfoRequest(), timeout=RPC_TIMEOUT_S).num_requests
+
+
 def test_release_is_idempotent(ngram) -> None:
+    before = held(ngram)  # what earlier tests on this replica left
     propose(ngram, (update("rel", 0, REPEATING), 0))
+    assert held(ngram) == before + 1  # counted, and asking changes nothing
+    assert held(ngram) == before + 1
     assert release(ngram, "rel", "not-held") == 1
+    assert held(ngram) == before
     assert release(ngram, "rel") == 0
     (tree,) = propose(ngram, (update("rel", 11, [4]), 1))
     assert tree.needs_context

@@ -20,7 +20,7 @@ import pytest
 
 from protos import draft_pb2, draft_pb2_grpc, target_pb2, target_pb2_grpc
 from splitspec.launcher import LocalStack
-from tests.helpers.rpc import BackgroundStream
+from tests.helpers.rpc import BackgroundStream, held_requests
 from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
     START_TIMEOUT_S,
     Router,
@@ -54,6 +54,7 @@ def test_a_restarted_router_finds_nothing_the_dead_one_held(
         streams = [BackgroundStream(router, request) for request in long]
         for stream in streams:
             stream.wait_for_tokens(8)
+        during = held_requests(stack.target.address, stack.drafts[0].address)
         stack.router.kill()
         for stream in streams:
             stream.reader.join(60)
@@ -62,12 +63,17 @@ def test_a_restarted_router_finds_nothing_the_dead_one_held(
         stack.wait_drafts_serving(START_TIMEOUT_S)
         again = router.generate_many([ids_request(PROMPT, 24, True, ignore_eos=True)] * NUM_STREAMS)
         held = still_held(stack.target.address, stack.drafts[0].address, dead_ids)
+        settled = held_requests(stack.target.address, stack.drafts[0].address, settle_s=5.0)
     log = (tmp_path / "router.log").read_text()  # the restarted router's
 
     assert all(len(s.errors) == 1 for s in streams), "the streams outlived their router?"
     assert all(s.token_ids == expected for s in again), "a request after the restart failed"
     assert all(s.final.speculation.accepted_tokens > 0 for s in again)
+    # GetInfo's count while they ran: the four streams (and the first request, if its release
+    # was still on its way).
+    assert all(NUM_STREAMS <= n <= NUM_STREAMS + 1 for n in during.values()), during
     assert held == {"target": 0, "draft": 0}
+    assert settled == {"target": 0, "draft": 0}  # nor any other request, once released
     assert f"the target held {NUM_STREAMS} requests no router serves" in log
     assert f"held {NUM_STREAMS} contexts no router serves" in log
 

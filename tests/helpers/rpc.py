@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from plumbing.grpc_util import CHANNEL_OPTIONS
+from protos import draft_pb2, draft_pb2_grpc, generation_pb2_grpc, target_pb2, target_pb2_grpc
 from protos import generation_pb2 as pb
-from protos import generation_pb2_grpc
 
 GENERATE_TIMEOUT_S = 180.0  # a whole stream, queueing included
 UNARY_TIMEOUT_S = 10.0
@@ -154,3 +154,25 @@ class BackgroundStream:
         assert not self.errors, self.errors
         assert self.items[-1].finish_reason == pb.FINISH_REASON_LENGTH
         return self.token_ids
+
+
+def held_requests(target: str, draft: str, settle_s: float = 0.0) -> dict[str, int]:
+    """Requests whose state the target and the draft replica at these addresses hold, asked by
+    GetInfo (a Release to count would drop what it finds); with ``settle_s``, asked again until
+    both hold none or that long has passed."""
+    with (
+        grpc.insecure_channel(target, options=CHANNEL_OPTIONS) as on_target,
+        grpc.insecure_channel(draft, options=CHANNEL_OPTIONS) as on_draft,
+    ):
+        probes = {
+            "target": lambda: target_pb2_grpc.TargetModelStub(on_target).GetInfo(
+                target_pb2.GetInfoRequest(), timeout=UNARY_TIMEOUT_S),
+            "draft": lambda: draft_pb2_grpc.DraftModelStub(on_draft).GetInfo(
+                draft_pb2.GetInfoRequest(), timeout=UNARY_TIMEOUT_S),
+        }  # fmt: skip
+        deadline = time.monotonic() + settle_s
+        while True:
+            held = {name: probe().num_requests for name, probe in probes.items()}
+            if not any(held.values()) or time.monotonic() >= deadline:
+                return held
+            time.sleep(0.05)
