@@ -36,8 +36,9 @@ run: $(STAMP)
 # a line past 100 columns or a type error in the packages `lint` names fails the run.
 # Then two pytest runs: every test not marked `serial` in TEST_WORKERS processes (xdist: the
 # end-to-end tests spend much of their time waiting for their services: on 2 cores two at once
-# took the suite from 16.4 to 9.8 min, and three from 14.4 to 11.5 min on a 2-core EPYC without
-# AVX-512, 2026-12-07, where the CPU kernel tests now run too), then the `serial` ones alone:
+# took the suite from 16.4 to 9.8 min; three took it from 14.4 to 13.3 min in CI, beside the
+# image build, on a 2-core EPYC without AVX-512 where the CPU kernel tests now run too, and to
+# 11.5 min alone, 2026-12-07), then the `serial` ones alone:
 # the container test and tests that time a window of the wall clock. Both run even if the first
 # fails.
 TEST_WORKERS ?= 3
