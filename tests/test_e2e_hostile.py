@@ -36,8 +36,7 @@ API_KEY = "hostile-test-key"
 KEY = [("authorization", f"Bearer {API_KEY}")]
 MAX_QUEUE, MAX_RUNNING = 5, 4
 NEW_TOKENS = 16
-SEEN: Counter[str] = Counter()  # defects tried, by kind
-USED_IDS: set[str] = set()  # every request id sent, for the table checks at the end
+USED_IDS: set[str] = set()  # every request id sent: a holder takes a new one
 
 
 @pytest.fixture(scope="module")
@@ -98,24 +97,26 @@ def holder() -> tuple[str, pb.GenerateRequest]:
     return rid, request(0, rid, max_new=1000)
 
 
-@settings(max_examples=1000, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(case=hostile.hostile_case())
 def test_hostile_requests_are_refused_with_a_status_and_message(
-    channel: grpc.Channel, references: list[list[int]], case: hostile.Case
+    channel: grpc.Channel, references: list[list[int]]
 ) -> None:
-    SEEN[case.defect] += 1
-    err = overload.send_hostile(channel, case, KEY, holder)
-    assert err is not None, f"{case.defect}: accepted"
-    assert err.code() in case.allowed, f"{case.defect}: {err.code()} {err.details()}"
-    assert err.details(), f"{case.defect}: no message"
+    seen: Counter[str] = Counter()  # defects tried, by kind: checked here, whatever ran before
 
+    @settings(max_examples=1000, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(case=hostile.hostile_case())
+    def refused(case: hostile.Case) -> None:
+        seen[case.defect] += 1
+        err = overload.send_hostile(channel, case, KEY, holder)
+        assert err is not None, f"{case.defect}: accepted"
+        assert err.code() in case.allowed, f"{case.defect}: {err.code()} {err.details()}"
+        assert err.details(), f"{case.defect}: no message"
 
-def test_hostile_coverage() -> None:
-    assert sum(SEEN.values()) >= 1000, SEEN
-    kinds = {k.split("-")[0] for k in SEEN}
+    refused()
+    assert sum(seen.values()) >= 1000, seen
+    kinds = {k.split("-")[0] for k in seen}
     assert {"utf8", "truncated", "oversized", "wrong", "duplicate", "no", "oov", "long",
-            "stop", "temperature", "top", "max", "empty", "request"} <= kinds, SEEN
+            "stop", "temperature", "top", "max", "empty", "request"} <= kinds, seen
 
 
 # ---- a burst of 10x the queue ----------------------------------------------------------------
@@ -172,24 +173,31 @@ def wait_until_running(stack: LocalStack, count: int, timeout_s: float = 60) -> 
 # ---- an abort storm ---------------------------------------------------------------------------
 
 
-def test_abort_storm(stack: LocalStack) -> None:
+@pytest.fixture(scope="module")
+def storm(stack: LocalStack) -> Counter[str]:
+    """300 random cancellations, aborts and client deadlines: how each stream ended. A fixture,
+    so that the baseline check below follows it on its stack whichever worker runs that."""
     rng = random.Random(3)
     # An abort sent before its request (a quarter of them) finds nothing: that request runs to
     # its limit, which is all a longer limit adds (the others end within 150 ms).
     reqs = [request(i, f"storm-{i}", max_new=rng.randint(4, 64)) for i in range(300)]
-    outcomes = overload.storm(stack.router_address, reqs, KEY, MAX_RUNNING)
-    assert set(outcomes) <= overload.STORM_ENDINGS, outcomes
-    assert outcomes["RESOURCE_EXHAUSTED"] < 100, outcomes  # mostly aborts, not refusals
-    assert sum(outcomes.values()) == 300
-    assert outcomes["CANCELLED"] and outcomes["FINISH_REASON_ABORT"], outcomes
+    return overload.storm(stack.router_address, reqs, KEY, MAX_RUNNING)
+
+
+def test_abort_storm(storm: Counter[str]) -> None:
+    assert set(storm) <= overload.STORM_ENDINGS, storm
+    assert storm["RESOURCE_EXHAUSTED"] < 100, storm  # mostly aborts, not refusals
+    assert sum(storm.values()) == 300
+    assert storm["CANCELLED"] and storm["FINISH_REASON_ABORT"], storm
 
 
 # ---- afterwards ----------------------------------------------------------------------------
 
 
 def test_everything_back_to_baseline(
-    stack: LocalStack, channel: grpc.Channel, references: list[list[int]]
+    stack: LocalStack, channel: grpc.Channel, references: list[list[int]], storm: Counter[str]
 ) -> None:
+    assert sum(storm.values()) == 300  # the storm ran on this stack first (its fixture)
     for service in stack.services():
         assert service.process is not None and service.process.poll() is None, service.name
     stub = generation_pb2_grpc.GenerationStub(channel)
@@ -201,7 +209,6 @@ def test_everything_back_to_baseline(
         time.sleep(0.05)
     assert_slots_accounted(status)
     assert sum(r.num_requests for r in status.draft_replicas) == 0
-    assert len(USED_IDS) >= 330  # references, burst, storm and the duplicate-id holders
     # The router releases a request after its stream ends and after it stops counting it as
     # running, so the services may still hold the last ones a moment after it reads idle: asked
     # by GetInfo (a Release to look would drop what it finds), they must hold none within 5 s.
