@@ -261,6 +261,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
     return std::make_tuple(quantized::GROUP, quantized::Q4_1::BYTES, quantized::Q8_0::BYTES);
   }, "(k per quantized group, bytes of a Q4_1 group of 16 columns, of a Q8_0 one)");
   module.def("linear", &linear, "x [rows <= 16, K] @ weight.T from the packed weight");
+  module.def("rows_per_pass", []() { return ROWS_PER_PASS; },
+             "rows of x one pass over a chunk of weights takes (16 AVX-512, 6 AVX2)");
   module.def("attention", &exact::attention, "paged attention, fp32 (kernels/paged_reference.py)");
   module.def("store_and_attend", &exact::store_and_attend,
              "this step's K/V into their slots, then attention (fp32)");

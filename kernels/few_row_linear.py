@@ -65,6 +65,17 @@ def instruction_set() -> str | None:
     return None
 
 
+# Rows of x one pass over a chunk of weights takes, by build (ROWS_PER_PASS in the .cpp: the
+# accumulators that fit the ISA's vector registers); more rows take further passes.
+ROWS_PER_PASS = {"avx512": 16, "avx2": 6}
+
+
+def rows_per_pass() -> int | None:
+    """What one pass of this machine's build takes; None where the kernel cannot run."""
+    isa = instruction_set()
+    return ROWS_PER_PASS[isa] if isa and unavailable_reason() is None else None
+
+
 def unavailable_reason() -> str | None:
     """Why the kernel cannot run on this machine, or None when it can."""
     if instruction_set() is None:

@@ -85,7 +85,10 @@ def _add_endpoint_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
-    tree = "default: the draft service's (EAGLE 5, 4, 8 on CPU, 8, 8, 64 on CUDA; n-gram 5, 4, 16)"
+    tree = (
+        "default: the draft service's (EAGLE 5, 4, 8 on CPU, 5, 4, 6 where the CPU has AVX2 but "
+        "not AVX-512; 8, 8, 64 on CUDA; n-gram 5, 4, 16)"
+    )
     group.add_argument(
         "--draft-method",
         choices=["auto", "eagle", "ngram", "off"],

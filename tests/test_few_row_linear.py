@@ -52,6 +52,11 @@ def test_every_row_count_is_as_accurate_as_torch(kernel, rows: int) -> None:
     assert ours <= 2 * error_vs_float64(F.linear(x, weight), x, weight) + 1e-6
 
 
+def test_the_rows_a_pass_takes_are_the_builds(kernel) -> None:
+    """The draft service sizes CPU trees by it (draft_service/arguments.py)."""
+    assert kernel.rows_per_pass() == few_row_linear.rows_per_pass()
+
+
 @pytest.mark.parametrize(("out_features", "in_features"), [(16, 1), (48, 40), (192, 1536)])
 def test_odd_shapes(kernel, out_features: int, in_features: int) -> None:
     weight, x = torch.randn(out_features, in_features), torch.randn(5, in_features)

@@ -76,9 +76,20 @@ def draft_config(*argv: str):
     return config_from_args(parser.parse_args(list(argv)))
 
 
+@pytest.mark.parametrize(("rows_per_pass", "nodes"), [(16, 8), (6, 6), (None, 8)])
+def test_cpu_eagle_trees_fit_one_pass_of_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, rows_per_pass: int | None, nodes: int
+) -> None:
+    """AVX-512's kernel takes 16 rows a pass, AVX2's 6; without the kernel, torch's matmul."""
+    from kernels import few_row_linear
+
+    monkeypatch.setattr(few_row_linear, "rows_per_pass", lambda: rows_per_pass)
+    config = draft_config("--method", "eagle", "--device", "cpu")
+    assert (config.num_steps, config.topk, config.num_draft_tokens) == (5, 4, nodes)
+
+
 def test_tree_shape_defaults_follow_the_device_and_flags_stand() -> None:
     shape = lambda c: (c.num_steps, c.topk, c.num_draft_tokens)  # noqa: E731
-    assert shape(draft_config("--method", "eagle", "--device", "cpu")) == (5, 4, 8)
     assert shape(draft_config("--method", "ngram", "--device", "cpu")) == (5, 4, 16)
     assert shape(draft_config("--method", "ngram", "--device", "cuda")) == (5, 4, 16)
     on_gpu = draft_config("--method", "eagle", "--device", "cuda", "--topk", "6")

@@ -28,6 +28,12 @@ def builds():
     return wide, narrow
 
 
+def test_each_build_says_the_rows_a_pass_takes(builds) -> None:
+    wide, narrow = builds
+    assert (wide.rows_per_pass(), narrow.rows_per_pass()) == (
+        few_row_linear.ROWS_PER_PASS["avx512"], few_row_linear.ROWS_PER_PASS["avx2"])
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
                                               b.contiguous().view(torch.uint8))  # fmt: skip
