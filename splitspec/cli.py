@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")
     _add_service(sub, "draft", "run a draft service alone (see `splitspec draft --help`)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its usage, not the top level's
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from plumbing.arg_types import port
 from splitspec.serve_flags import ROUTER_PORT
 
 API_KEY_ENV = "SPLITSPEC_API_KEY"
@@ -35,9 +36,13 @@ class Connection:
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("router")
-    group.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--address", default=f"127.0.0.1:{ROUTER_PORT}",
                        help="the router's public gRPC API (`splitspec serve` listens here by "
                             "default)")  # fmt: skip
+    where.add_argument("--port", type=port, default=None,
+                       help="a router on this machine: the same as --address 127.0.0.1:PORT "
+                            "(what `splitspec serve --port PORT` printed)")  # fmt: skip
     group.add_argument("--api-key-env", default=API_KEY_ENV, metavar="VAR",
                        help="the environment variable holding the router's API key, sent when "
                             f"set (default: {API_KEY_ENV})")  # fmt: skip
@@ -60,7 +65,8 @@ def connection_from_args(args: argparse.Namespace) -> Connection:
     if args.tls_client_cert is not None:
         chain = _read_pem("--tls-client-cert", args.tls_client_cert)
         client_cert = ClientCert(chain, _read_pem("--tls-client-key", args.tls_client_key))
-    return Connection(args.address, key, ca, args.api_key_env, client_cert)
+    address = args.address if args.port is None else f"127.0.0.1:{args.port}"
+    return Connection(address, key, ca, args.api_key_env, client_cert)
 
 
 def _check_client_cert_flags(args: argparse.Namespace) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from plumbing import cpu_wake
 from plumbing.logs import setup_logging
-from splitspec.serve_flags import add_serve_flags
+from splitspec.serve_flags import ROUTER_PORT, add_serve_flags
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it
     from splitspec.launcher import LocalStack
@@ -43,7 +43,8 @@ def _serve(args: argparse.Namespace) -> int:
             return 1
         if args.exit_after_demo:
             return 0
-        print("\nserving; Ctrl-C stops every service", flush=True)
+        print(f"\nserving; Ctrl-C stops every service. From another shell: "
+              f"splitspec generate{_generate_flag(stack.router_address)} \"Hello\"", flush=True)
         # Blocked first: sigwait only takes pending signals, and an unblocked SIGTERM (a `kill`,
         # `docker stop`, systemd) would end this process at once, leaving the services to die
         # of their parent's death instead of stopping here in order.
@@ -100,6 +101,14 @@ def _print_endpoints(stack: LocalStack, args: argparse.Namespace) -> None:
         kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
         print(f"draft  (internal, {kind}): {draft.address}")
     sys.stdout.flush()
+
+
+def _generate_flag(router_address: str) -> str:
+    """What `splitspec generate` needs to reach this router: nothing on the default port."""
+    host, _, port = router_address.rpartition(":")
+    if host != "127.0.0.1":
+        return f" --address {router_address}"
+    return "" if port == str(ROUTER_PORT) else f" --port {port}"
 
 
 def _busy_port(args: argparse.Namespace) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from splitspec import cli, demo
+from splitspec import cli, demo, serve_cli
 from splitspec.launcher import LocalStack, free_ports
 from tests.helpers.spec_fixtures import start_stack, tiny_model_dir_fixture  # noqa: F401
 
@@ -52,6 +52,44 @@ def test_a_refused_request_is_one_line_with_its_status(stack: LocalStack) -> Non
         "error: INVALID_ARGUMENT: temperature must be >= 0 (0 is greedy), got -1.0"
         " (field sampling.temperature)"
     )
+
+
+def test_port_reaches_a_router_on_this_machine(stack: LocalStack) -> None:
+    """`serve --port N` then `generate --port N`: the port alone, as serve's last line says."""
+    port = stack.router_address.rpartition(":")[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "splitspec.cli", "generate", "--port", port, "Say hello.",
+         "--max-new-tokens", "3"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3 tokens in" in done.stdout, done.stdout
+
+
+def test_port_and_address_together_are_a_usage_error(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["generate", "--port", "1", "--address", "127.0.0.1:1", "hi"])
+    assert stopped.value.code == 2
+    assert "argument --address: not allowed with argument --port" in capsys.readouterr().err
+
+
+def test_an_unknown_flag_is_refused_with_the_commands_usage(capsys: pytest.CaptureFixture) -> None:
+    """Said by `generate`'s parser, with its usage (argparse's top level showed its own)."""
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["generate", "--bogus", "hi"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: splitspec generate")
+    assert "splitspec generate: error: unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize(
+    ("address", "flag"),
+    [("127.0.0.1:50051", ""), ("127.0.0.1:50071", " --port 50071"),
+     ("0.0.0.0:50051", " --address 0.0.0.0:50051")],
+)  # fmt: skip
+def test_serve_names_the_generate_flag_for_its_router(address: str, flag: str) -> None:
+    assert serve_cli._generate_flag(address) == flag
 
 
 def test_no_router_is_one_line_naming_the_address() -> None:
