@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING
 from plumbing import cpu_wake
 from plumbing.logs import setup_logging
 from splitspec.serve_flags import ROUTER_PORT, add_serve_flags
+from splitspec.service_args import KINDS, service_args
 
 if TYPE_CHECKING:  # the launcher is imported when a command needs it
     from splitspec.launcher import LocalStack
 
 
 def _serve(args: argparse.Namespace) -> int:
+    try:
+        extra = {kind: service_args(kind, getattr(args, f"{kind}_args")) for kind in KINDS}
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     problem = _busy_port(args) or _device_problem(args.device)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -29,7 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     setup_logging("serve", args.log_level, args.log_format)
     cpu_wake.apply(args.keep_cpus_awake)
-    stack = _local_stack(args)
+    stack = _local_stack(args, extra)
     drafts = f", {len(stack.drafts)} draft ({draft_method(args)})" if stack.drafts else ""
     print(f"starting target, router{drafts} (logs in {stack.log_dir})", flush=True)
     try:
@@ -62,7 +68,11 @@ def _demo(stack: LocalStack, args: argparse.Namespace) -> bool:
     return run_demo(stack.router_address, args, compare=bool(stack.drafts))
 
 
-def _local_stack(args: argparse.Namespace) -> LocalStack:
+def _local_stack(
+    args: argparse.Namespace, extra: dict[str, list[str]] | None = None
+) -> LocalStack:
+    """The stack serve's flags describe; ``extra``: each kind's --KIND-args, after serve's."""
+    extra = extra or {}
     from splitspec.launcher import LocalStack
 
     target_args = ["--device", args.device, "--dtype", args.dtype]
@@ -85,8 +95,9 @@ def _local_stack(args: argparse.Namespace) -> LocalStack:
                         "--otlp-service-name", args.otlp_service_name]  # fmt: skip
     log_flags = ["--log-level", args.log_level, "--log-format", args.log_format]
     log_dir = Path(tempfile.mkdtemp(prefix="splitspec-logs-"))
-    drafts = [[*draft, *log_flags] for draft in _draft_args(args)]
-    return LocalStack([*target_args, *log_flags], [*router_args, *log_flags], log_dir=log_dir,
+    drafts = [[*draft, *log_flags, *extra.get("draft", [])] for draft in _draft_args(args)]
+    return LocalStack([*target_args, *log_flags, *extra.get("target", [])],
+                      [*router_args, *log_flags, *extra.get("router", [])], log_dir=log_dir,
                       draft_args=drafts,
                       http=not args.http_port,  # no port given: the launcher picks a free one
                       router_port=args.port)  # fmt: skip

@@ -26,6 +26,7 @@ def add_serve_flags(p: argparse.ArgumentParser) -> None:
     start = p.add_argument_group("start-up")
     _add_start_flags(start)
     cpu_wake.add_argument(start)  # held by this process, for every service it starts
+    _add_service_args_flags(p.add_argument_group("each service's own flags"))
 
 
 def _add_model_flags(group: argparse._ArgumentGroup) -> None:
@@ -163,3 +164,14 @@ def _add_start_flags(group: argparse._ArgumentGroup) -> None:
         "costs, such as Triton compiling the prefill's kernels on a new GPU machine, from the "
         "first request to start-up)",
     )
+
+
+def _add_service_args_flags(group: argparse._ArgumentGroup) -> None:
+    for kind, example in (("target", "--attention torch"), ("router", "--max-queue 64"),
+                          ("draft", "--packed-weights float32")):  # fmt: skip
+        group.add_argument(
+            f"--{kind}-args", default="", metavar="ARGS",
+            help=f"flags for the {kind}{' replicas' if kind == 'draft' else ''} that serve has "
+                 f"none of its own for, in one quoted string (e.g. '{example}'; `splitspec "
+                 f"{kind} --help` lists them), checked before anything starts",
+        )  # fmt: skip
