@@ -118,6 +118,12 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         help="eagle on CUDA: the tree search and the round's append, for up to 32 requests, "
         "replay CUDA graphs captured at start-up (--no-cuda-graphs runs them eagerly)",
     )
+    _add_cpu_kernel_flags(group)
+    add_cache_dir_flag(group)
+
+
+def _add_cpu_kernel_flags(group: argparse._ArgumentGroup) -> None:
+    """The EAGLE head's few-row steps on a CPU in fp32 (kernels/few_row_linear.cpp)."""
     group.add_argument(
         "--no-prepack",
         dest="prepack",
@@ -141,7 +147,6 @@ def _add_device_flags(group: argparse._ArgumentGroup) -> None:
         "bfloat16 halves the bytes a draft step reads (the head's weights are rounded to it "
         "for every step; the output never changes)",
     )
-    add_cache_dir_flag(group)
 
 
 def _add_test_drafter_flags(group: argparse._ArgumentGroup) -> None:

@@ -105,14 +105,8 @@ def prepack_linears(
     if not linears or not can_prepack(linears[0].weight):
         return 0, ""
     kernel = few_row_linear.load(cache_dir) if use_kernel else None
-    if exact and (kernel is None or not all(few_row_linear.supports(m.weight) for m in linears)):
-        reason = few_row_linear.unavailable_reason() or (
-            "it is turned off (--no-few-row-kernel)" if not use_kernel
-            else "it failed to build or a layer's shape does not fit it"
-        )  # fmt: skip
-        raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
-    if exact and packed_dtype != torch.float32:
-        raise ValueError("--exact keeps the target's weights in float32")
+    if exact:
+        _check_exact(linears, kernel, use_kernel, packed_dtype)
     packed_bytes, kinds = 0, Counter[str]()
     limits: RowLimits = {}
     with torch.no_grad():
@@ -128,6 +122,20 @@ def prepack_linears(
                 module.few_row = _mkl_few_row(weight)
                 packed_bytes += weight.numel() * weight.element_size()
     return packed_bytes, _packer_name(kinds, len(linears))
+
+
+def _check_exact(
+    linears: list[Linear], kernel: ModuleType | None, use_kernel: bool, packed_dtype: torch.dtype
+) -> None:
+    """--exact's numerics are the kernel's: every layer on it, in float32."""
+    if kernel is None or not all(few_row_linear.supports(m.weight) for m in linears):
+        reason = few_row_linear.unavailable_reason() or (
+            "it is turned off (--no-few-row-kernel)" if not use_kernel
+            else "it failed to build or a layer's shape does not fit it"
+        )  # fmt: skip
+        raise RuntimeError(f"--exact needs the few-row kernel for every linear layer: {reason}")
+    if packed_dtype != torch.float32:
+        raise ValueError("--exact keeps the target's weights in float32")
 
 
 # By weight shape and copy kind: the layers of one shape and kind share one limit.

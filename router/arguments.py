@@ -17,7 +17,9 @@ from router.http_server import add_http_arguments
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_endpoint_flags(parser.add_argument_group("endpoint and target"))
     _add_scheduling_flags(parser.add_argument_group("scheduling"))
-    _add_speculation_flags(parser.add_argument_group("speculation"))
+    speculation = parser.add_argument_group("speculation")
+    _add_replica_flags(speculation)
+    _add_speculation_flags(speculation)
     secure.add_arguments(parser)
     admission.add_arguments(parser)
     add_http_arguments(parser)
@@ -90,7 +92,8 @@ def _add_scheduling_flags(group: argparse._ArgumentGroup) -> None:
     )  # fmt: skip
 
 
-def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
+def _add_replica_flags(group: argparse._ArgumentGroup) -> None:
+    """Where the draft replicas are: named, or found by DNS."""
     group.add_argument(
         "--draft",
         action="append",
@@ -109,6 +112,9 @@ def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument("--draft-dns-interval", type=POSITIVE_FLOAT, default=5.0,
                        help="seconds between lookups of each --draft-dns name")
+
+
+def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--speculate",
         choices=["on", "off"],

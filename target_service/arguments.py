@@ -24,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_endpoint_flags(parser, default_port=50061)
     _add_model_flags(parser.add_argument_group("model and device"))
     _add_capacity_flags(parser.add_argument_group("capacity"))
-    _add_kernel_flags(parser.add_argument_group("kernels and graphs"))
+    kernels = parser.add_argument_group("kernels and graphs")
+    _add_kernel_flags(kernels)
+    _add_graph_flags(kernels)
 
 
 def _add_model_flags(group: argparse._ArgumentGroup) -> None:
@@ -131,6 +133,10 @@ def _add_kernel_flags(group: argparse._ArgumentGroup) -> None:
         action="store_false",
         help="CUDA: keep torch's ops for RMSNorm, rotary and SiLU*mul (kernels/fused_ops.py)",
     )
+
+
+def _add_graph_flags(group: argparse._ArgumentGroup) -> None:
+    """CUDA graphs, multi-step decoding and the start-up warm-up that compiles their kernels."""
     group.add_argument(
         "--no-cuda-graphs",
         dest="cuda_graphs",

@@ -57,6 +57,14 @@ def test_non_fp32_models_are_left_alone() -> None:
     assert layer.packed is None
 
 
+def test_exact_refuses_a_model_off_the_kernel_or_out_of_float32() -> None:
+    """--exact's numerics are the kernel's, in float32: said at start-up, not found later."""
+    with pytest.raises(RuntimeError, match="turned off \\(--no-few-row-kernel\\)"):
+        prepack_linears(Linear(64, 64), use_kernel=False, exact=True)
+    with pytest.raises((RuntimeError, ValueError), match="--exact"):  # no kernel here: the first
+        prepack_linears(Linear(64, 64), exact=True, packed_dtype=torch.bfloat16)
+
+
 def test_rows_in_more_dimensions_take_the_packed_weight_too() -> None:
     """A draft step's features are [batch, topk, H]: its rows are few, so the packed copy."""
     layer = packed_layer(64, 32)
