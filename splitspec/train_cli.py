@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from plumbing.errors import StartupRefused
 from plumbing.paths import default_cache_dir
 from splitspec import train_flags
 
@@ -125,18 +127,42 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+Command = Callable[[argparse.Namespace], int]
+
+
+def _refusing(command: Command, inputs: tuple[str, ...]) -> Command:
+    """``command`` with what stops it as given said in one line, exit status 2, as the services
+    say it: an input flag (``inputs``) naming nothing, and the refusals found on the way (a
+    --model or --head that is not one, a cache folder it cannot write)."""
+
+    def run(args: argparse.Namespace) -> int:
+        for name in inputs:
+            path = getattr(args, name)
+            if path is not None and not path.exists():
+                flag = "--" + name.replace("_", "-")
+                print(f"error: {flag} {path}: no such file or folder", file=sys.stderr)
+                return 2
+        try:
+            return command(args)
+        except StartupRefused as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+
+    return run
+
+
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
     """Adds train-draft, train-draft-prompts and eval-draft to a `splitspec` subparser set."""
     train = sub.add_parser("train-draft", help="train an EAGLE draft head (self-distillation)")
     train_flags.add_train_draft_flags(train)
-    train.set_defaults(func=_train)
+    train.set_defaults(func=_refusing(_train, ("prompts", "data_dir")))
     bundle = sub.add_parser("train-draft-prompts",
                             help="write a prompt bundle for train-draft --prompts")
     train_flags.add_prompt_bundle_flags(bundle)
-    bundle.set_defaults(func=_write_prompts)
+    bundle.set_defaults(func=_refusing(_write_prompts, ()))
     evaluate = sub.add_parser("eval-draft", help="offline acceptance of a head (chain and tree)")
     train_flags.add_eval_draft_flags(evaluate)
-    evaluate.set_defaults(func=_eval)
+    evaluate.set_defaults(func=_refusing(_eval, ("head", "prompts")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from draft_service import arguments as draft_arguments
 from router import arguments as router_arguments
 from splitspec import cli
 from splitspec.serve_cli import add_serve_parser
+from splitspec.train_cli import add_train_parser
 from target_service import arguments as target_arguments
 
 
@@ -39,17 +40,31 @@ def generate_parser() -> argparse.ArgumentParser:
     return sub.choices["generate"]
 
 
+def train_parser(command: str) -> Callable[[], argparse.ArgumentParser]:
+    def make() -> argparse.ArgumentParser:
+        top = argparse.ArgumentParser(prog="splitspec")
+        sub = top.add_subparsers(dest="command")
+        add_train_parser(sub)
+        return sub.choices[command]
+
+    return make
+
+
 PARSERS = {
     "router": service_parser(router_arguments.add_arguments),
     "target": service_parser(target_arguments.add_arguments),
     "draft": service_parser(draft_arguments.add_arguments),
     "serve": serve_parser,
     "generate": generate_parser,
+    "train-draft": train_parser("train-draft"),
+    "eval-draft": train_parser("eval-draft"),
 }
+# Flags a command needs whatever else is given, so that the flag under test decides.
+REQUIRED = {"train-draft": ["--out", "run"], "eval-draft": ["--out", "e.json", "--head", "h"]}
 
 
 def parse(command: str, *argv: str) -> argparse.Namespace:
-    return PARSERS[command]().parse_args(list(argv))
+    return PARSERS[command]().parse_args([*REQUIRED.get(command, []), *argv])
 
 
 @pytest.mark.parametrize(
@@ -85,6 +100,14 @@ def parse(command: str, *argv: str) -> argparse.Namespace:
         ("generate", "--top-k", "2147483648", "must be <= 2147483647, got 2147483648"),
         ("generate", "--logprobs", "-1", "must be >= 0, got -1"),
         ("generate", "--min-tokens", "-1", "must be >= 0, got -1"),
+        # train-draft and eval-draft took any int: --steps 0 trained nothing, and said so late.
+        ("train-draft", "--steps", "0", "must be >= 1, got 0"),
+        ("train-draft", "--batch-size", "0", "must be >= 1, got 0"),
+        ("train-draft", "--lr", "-0.001", "must be > 0, got -0.001"),
+        ("train-draft", "--eval-at", "100,x", "not an integer: 'x'"),
+        ("train-draft", "--noise-std", "-0.1", "must be >= 0, got -0.1"),
+        ("eval-draft", "--max-new-tokens", "0", "must be >= 1, got 0"),
+        ("eval-draft", "--num-sharegpt", "-1", "must be >= 0, got -1"),
     ],
 )
 def test_a_value_out_of_range_is_a_usage_error_naming_the_flag(

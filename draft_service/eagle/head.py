@@ -226,6 +226,14 @@ def save_head(head: EagleHead, head_dir: Path) -> None:
         save_file({"token_ids": head.hot_token_ids.cpu()}, head_dir / HOT_VOCAB_FILE)
 
 
+def check_head_dir(head_dir: Path) -> None:
+    """HeadUnusable unless ``head_dir`` holds a head's files (cheap: before loading a target)."""
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (head_dir / name).is_file():
+            raise HeadUnusable(f"EAGLE head {head_dir}: no {name} there (a head folder is what "
+                               "`splitspec train-draft` writes)")  # fmt: skip
+
+
 def load_head(
     head_dir: Path,
     target_checkpoint: Path,
@@ -235,10 +243,7 @@ def load_head(
     """Loads a head saved by save_head over the target checkpoint it was trained for."""
     from safetensors.torch import load_file
 
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (head_dir / name).is_file():
-            raise HeadUnusable(f"EAGLE head {head_dir}: no {name} there (a head folder is what "
-                               "`splitspec train-draft` writes)")  # fmt: skip
+    check_head_dir(head_dir)
     config = EagleConfig.from_json((head_dir / CONFIG_FILE).read_text())
     check_same_shape(config.target, read_target_config(target_checkpoint))
     head = EagleHead(config)

@@ -255,9 +255,10 @@ def _has_replays(folder: Path | None, names: dict[str, PromptSet]) -> bool:
 def run_eval(config: EvalConfig) -> dict[str, Any]:
     """Acceptance of a saved head, chain and tree, on held-out ShareGPT and HumanEval prompts
     (the target's own greedy replies, generated here in fp32)."""
-    from draft_service.eagle.head import load_head
+    from draft_service.eagle.head import check_head_dir, load_head
     from model_runtime.loading import resolve_checkpoint
 
+    check_head_dir(config.head)  # before a model conversion and minutes of replays
     started = time.perf_counter()
     pipe = PipelineConfig(out=config.out_json.parent, cache_dir=config.cache_dir,
                           model=config.model, device=config.device, prompts=config.prompts,
