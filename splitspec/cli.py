@@ -30,12 +30,17 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = _checked_prompt(args.prompt)
     if prompt is None:
         return 2
+    try:
+        output_format = structured_output(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     request = build_request(
         prompt, not args.raw, args.max_new_tokens, args.temperature, args.seed, speculate,
         top_p=args.top_p, top_k=args.top_k, stop=args.stop, top_logprobs=args.logprobs,
         prompt_logprobs=args.prompt_logprobs, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, min_tokens=args.min_tokens,
-        structured_output=structured_output(args),
+        structured_output=output_format,
     )  # fmt: skip
     try:
         print_generation(router, request)

@@ -190,7 +190,7 @@ def describe_rpc_error(err: grpc.RpcError, connection: Connection) -> str:
     if code.name == "UNAVAILABLE" and "connect" in details:
         tls = "" if connection.ca is not None else "; a router serving TLS wants --tls-ca"
         return (f"no router answers at {address} ({details}); start one with `splitspec serve`, "
-                f"or pass --address{tls}")  # fmt: skip
+                f"or pass --port or --address{tls}")  # fmt: skip
     if code.name == "UNIMPLEMENTED":  # a target or a draft service: their ports are internal
         return (f"{address} is not a router (no Generate there: {details}); pass the router's "
                 "--address")  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from plumbing.arg_types import utf8_text
@@ -25,19 +26,31 @@ def add_format_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def structured_output(args: argparse.Namespace) -> pb.StructuredOutput | None:
-    """The request's format from the flags; None when none was given."""
+    """The request's format from the flags; None when none was given. ValueError says what is
+    wrong with one before any connection: an @FILE that cannot be read, a schema that is not
+    JSON (the router checks the rest)."""
     if args.json_schema is not None:
-        return pb.StructuredOutput(json_schema=_text_or_file(args.json_schema))
+        schema = _text_or_file("--json-schema", args.json_schema)
+        try:
+            json.loads(schema)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--json-schema is not JSON: {err}") from None
+        return pb.StructuredOutput(json_schema=schema)
     if args.json:
         return pb.StructuredOutput(json_object=True)
     if args.regex is not None:
         return pb.StructuredOutput(regex=args.regex)
     if args.grammar is not None:
-        return pb.StructuredOutput(grammar=_text_or_file(args.grammar))
+        return pb.StructuredOutput(grammar=_text_or_file("--grammar", args.grammar))
     if args.choice:
         return pb.StructuredOutput(choice=pb.Choices(values=args.choice))
     return None
 
 
-def _text_or_file(value: str) -> str:
-    return Path(value[1:]).read_text() if value.startswith("@") else value
+def _text_or_file(flag: str, value: str) -> str:
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{flag} {value}: cannot read the file ({err})") from None

@@ -92,6 +92,22 @@ def test_serve_names_the_generate_flag_for_its_router(address: str, flag: str) -
     assert serve_cli._generate_flag(address) == flag
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(["--json-schema", "@{tmp}/none.json"], "error: --json-schema @{tmp}/none.json: cannot read"),
+     (["--json-schema", "{{bad"], "error: --json-schema is not JSON: Expecting property name"),
+     (["--grammar", "@{tmp}/g.lark"], "error: --grammar @{tmp}/g.lark: cannot read the file")],
+)  # fmt: skip
+def test_a_format_that_cannot_be_sent_is_a_usage_error(
+    flags: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Said before any connection (here none could be made): it was a traceback, or for a
+    schema that is not JSON the router's refusal after a round trip."""
+    argv = ["generate", "--address", "127.0.0.1:1", *[f.format(tmp=tmp_path) for f in flags], "hi"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith(said.format(tmp=tmp_path))
+
+
 def test_no_router_is_one_line_naming_the_address() -> None:
     (port,) = free_ports(1)  # nothing listens there once free_ports has closed it
     done = generate(f"127.0.0.1:{port}", "Say hello.")
