@@ -4,6 +4,7 @@ first-start work and the endpoints it prints (its flags: serve_flags.py)."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,8 +50,8 @@ def _serve(args: argparse.Namespace) -> int:
             return 1
         if args.exit_after_demo:
             return 0
-        print(f"\nserving; Ctrl-C stops every service. From another shell: "
-              f"splitspec generate{_generate_flag(stack.router_address)} \"Hello\"", flush=True)
+        print(f"\nserving; Ctrl-C stops every service. From another shell: {_own_command()} "
+              f"generate{_generate_flag(stack.router_address)} \"Hello\"", flush=True)
         # Blocked first: sigwait only takes pending signals, and an unblocked SIGTERM (a `kill`,
         # `docker stop`, systemd) would end this process at once, leaving the services to die
         # of their parent's death instead of stopping here in order.
@@ -112,6 +113,16 @@ def _print_endpoints(stack: LocalStack, args: argparse.Namespace) -> None:
         kind = f"splitspec.draft.v1.DraftModel, {draft_method(args)}"
         print(f"draft  (internal, {kind}): {draft.address}")
     sys.stdout.flush()
+
+
+def _own_command() -> str:
+    """How this shell ran splitspec: `splitspec` when that is on PATH, else the path it was run
+    by (`make run` runs .venv/bin/splitspec, which an unactivated shell does not find)."""
+    me = Path(sys.argv[0])
+    on_path = shutil.which("splitspec")
+    if me.name == "splitspec" and (on_path is None or Path(on_path).resolve() != me.resolve()):
+        return str(me)
+    return "splitspec"
 
 
 def _generate_flag(router_address: str) -> str:

@@ -108,6 +108,23 @@ def test_a_format_that_cannot_be_sent_is_a_usage_error(
     assert capsys.readouterr().err.startswith(said.format(tmp=tmp_path))
 
 
+def test_serve_names_splitspec_as_this_shell_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run` runs .venv/bin/splitspec, which a shell without the venv does not find."""
+    script = tmp_path / "venv" / "bin" / "splitspec"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "serve"])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert serve_cli._own_command() == str(script)
+    monkeypatch.setenv("PATH", str(script.parent))
+    assert serve_cli._own_command() == "splitspec"
+    monkeypatch.setattr(sys, "argv", ["/x/splitspec/cli.py", "serve"])  # python -m splitspec.cli
+    assert serve_cli._own_command() == "splitspec"
+
+
 def test_no_router_is_one_line_naming_the_address() -> None:
     (port,) = free_ports(1)  # nothing listens there once free_ports has closed it
     done = generate(f"127.0.0.1:{port}", "Say hello.")
