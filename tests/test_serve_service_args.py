@@ -10,8 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 from splitspec.serve_cli import _local_stack
 from splitspec.serve_flags import add_serve_flags
 from splitspec.service_args import service_args
+from tests.helpers.processes import serve_until_serving
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(180)
@@ -77,18 +76,11 @@ def test_serve_passes_them_to_running_services(tmp_path: Path, tiny_model_dir: P
     """A real serve on the tiny model: the router's model name and the target's context come
     from the pass-through flags, as its HTTP API reports them."""
     out_path = tmp_path / "serve.out"
-    command = [sys.executable, "-m", "splitspec.cli", "serve", "--model", str(tiny_model_dir),
-               "--port", "0", "--draft-method", "ngram",
-               "--router-args", "--served-model-name tiny-passed",
-               "--target-args", "--max-context 96"]  # fmt: skip
-    with out_path.open("w") as out:
-        serve = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    flags = ["--model", str(tiny_model_dir), "--port", "0", "--draft-method", "ngram",
+             "--router-args", "--served-model-name tiny-passed",
+             "--target-args", "--max-context 96"]  # fmt: skip
+    serve = serve_until_serving(flags, out_path)
     try:
-        deadline = time.monotonic() + 120
-        while "serving; Ctrl-C" not in out_path.read_text():
-            assert serve.poll() is None, out_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, out_path.read_text()[-3000:]
-            time.sleep(0.1)
         http = re.search(r"HTTP, /metrics\): (http://\S+/v1)", out_path.read_text())
         assert http, out_path.read_text()
         with urllib.request.urlopen(f"{http.group(1)}/models", timeout=30) as reply:

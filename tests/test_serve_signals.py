@@ -5,14 +5,11 @@ model."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.processes import started_by
+from tests.helpers.processes import serve_until_serving, started_by
 from tests.helpers.tiny_llama import tiny_model_dir_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(180)
@@ -23,16 +20,9 @@ def test_a_stop_signal_stops_every_service_first(
     tmp_path: Path, tiny_model_dir: Path, stop: signal.Signals
 ) -> None:
     out_path = tmp_path / "serve.out"
-    command = [sys.executable, "-m", "splitspec.cli", "serve", "--model", str(tiny_model_dir),
-               "--port", "0", "--draft-method", "ngram"]  # fmt: skip
-    with out_path.open("w") as out:
-        serve = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    flags = ["--model", str(tiny_model_dir), "--port", "0", "--draft-method", "ngram"]
+    serve = serve_until_serving(flags, out_path)
     try:
-        deadline = time.monotonic() + 120
-        while "serving; Ctrl-C" not in out_path.read_text():
-            assert serve.poll() is None, out_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, out_path.read_text()[-3000:]
-            time.sleep(0.1)
         assert len(started_by(serve.pid)) == 3  # router, target, draft replica
         serve.send_signal(stop)
         code = serve.wait(60)

@@ -3,6 +3,9 @@ processes a launcher left behind."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from plumbing.lifecycle import PARENT_PID_ENV
@@ -33,3 +36,24 @@ def started_by(launcher_pid: int) -> list[str]:
         except OSError:
             continue  # gone meanwhile, or another user's
     return [c.decode(errors="replace") for c in found]
+
+
+def serve_until_serving(
+    flags: list[str], out_path: Path, timeout_s: float = 120
+) -> subprocess.Popen:
+    """`splitspec serve FLAGS`, its output in ``out_path``, once it says it is serving; the
+    caller stops it (killed here if it never does)."""
+    command = [sys.executable, "-m", "splitspec.cli", "serve", *flags]
+    with out_path.open("w") as out:
+        serve = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while "serving; Ctrl-C" not in out_path.read_text():
+            assert serve.poll() is None, out_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, out_path.read_text()[-3000:]
+            time.sleep(0.1)
+    except BaseException:
+        serve.kill()
+        serve.wait()
+        raise
+    return serve
