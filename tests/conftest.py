@@ -132,11 +132,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(case)
 
 
+def _run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("quiet"):
+        return 2
+    return item.path.name == "test_compose.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The container test runs last (in `make test`, last of the serial run, which follows the
-    parallel one): its images build and its stack starts in the background (niced, so they
-    take only CPU the other tests leave idle) and are ready by then."""
-    items.sort(key=lambda item: item.path.name == "test_compose.py")  # stable: order kept
+    """The container test runs last but the `quiet` tests (in `make test`, last of the serial
+    run, which follows the parallel one): its images build and its stack starts in the
+    background (niced, so they take only CPU the other tests leave idle) and are ready by then.
+    The `quiet` tests follow it, once its stack is gone: SCHED_IDLE spinners get no CPU beside
+    any other work, niced or not (CI once found them starved while the stack started)."""
+    items.sort(key=_run_order)  # stable: order kept otherwise
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

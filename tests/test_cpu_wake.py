@@ -151,7 +151,9 @@ for line in sys.stdin:
 """
 
 
-@pytest.mark.serial  # SCHED_IDLE spinners starve beside the other xdist worker: alone
+# SCHED_IDLE spinners starve beside any other work: alone, after the container stack is gone.
+@pytest.mark.serial
+@pytest.mark.quiet
 def test_spinners_spin_while_their_service_works_and_sleep_once_it_idles() -> None:
     worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=REPO_ROOT, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
@@ -165,8 +167,7 @@ def test_spinners_spin_while_their_service_works_and_sleep_once_it_idles() -> No
         _wait_until(False, spinners, "idle from the start, the spinners kept spinning")
         worker.stdin.write("4\n")
         worker.stdin.flush()
-        # A poll or two (0.1-0.2 s alone on the dev box); in CI the compose stack starts in the
-        # background meanwhile, and 0.5 s once found them still waking (0.7 runnable).
+        # A poll or two (0.1-0.2 s alone on the dev box).
         _wait_until(True, spinners, "the spinners slept while the service worked", 2.0)
         time.sleep(0.3)
         assert _share_runnable(spinners) == 1.0, "the spinners stopped while the service worked"
