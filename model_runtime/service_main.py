@@ -19,6 +19,7 @@ from model_runtime.cuda_setup import device_problem
 from plumbing import cpu_wake
 from plumbing.arg_types import port
 from plumbing.errors import StartupRefused
+from plumbing.flag_hints import HintingParser
 from plumbing.lifecycle import die_with_parent_if_asked
 from plumbing.logs import add_log_flags, setup_logging
 from plumbing.security import ServerTLS, add_server_tls_arguments, server_tls_from_args
@@ -39,7 +40,7 @@ def service_parser(
     name: str, description: str | None, add_arguments: Callable[[argparse.ArgumentParser], None]
 ) -> argparse.ArgumentParser:
     """A model service's whole command line: its own flags, then TLS, logging and the CPUs."""
-    parser = argparse.ArgumentParser(prog=f"splitspec {name}", description=description)
+    parser = HintingParser(prog=f"splitspec {name}", description=description)
     add_arguments(parser)
     add_server_tls_arguments(parser)
     add_log_flags(parser)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import logging
@@ -13,6 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from plumbing import cpu_wake
+from plumbing.flag_hints import HintingParser
 from plumbing.grpc_util import (
     SERVER_OPTIONS,
     add_health_and_reflection_aio,
@@ -245,7 +245,7 @@ async def first_to_end(tasks: set[asyncio.Task]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     die_with_parent_if_asked()
-    parser = argparse.ArgumentParser(prog="splitspec router", description=__doc__)
+    parser = HintingParser(prog="splitspec router", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
     setup_logging("router", args.log_level, args.log_format)

@@ -9,6 +9,7 @@ import sys
 import grpc
 
 from plumbing.arg_types import int_between, utf8_text
+from plumbing.flag_hints import HintingParser
 from plumbing.omp_spin import shorten_idle_spin
 from splitspec.bench import add_bench_parser
 from splitspec.connection import add_connection_flags, connection_from_args
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SERVICES:
         return _run_service(argv[0], argv[1:])
-    parser = argparse.ArgumentParser(prog="splitspec", description=__doc__)
+    parser = HintingParser(prog="splitspec", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
@@ -201,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_service(sub, "target", "run the target service alone (see `splitspec target --help`)")
     _add_service(sub, "draft", "run a draft service alone (see `splitspec draft --help`)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said by the command's own parser, with its usage, not the top level's
-        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(argv)  # an unknown flag: said by its command, with a guess
     return int(args.func(args) or 0)
 
 

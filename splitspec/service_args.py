@@ -6,9 +6,10 @@ dies half-way through the start."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import shlex
+
+from plumbing.flag_hints import HintingParser
 
 KINDS = ("target", "router", "draft")
 _ARGUMENTS = {"target": "target_service.arguments", "router": "router.arguments",
@@ -37,7 +38,7 @@ class _Refused(Exception):
     pass
 
 
-class _CheckingParser(argparse.ArgumentParser):
+class _CheckingParser(HintingParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _Refused(message)
 

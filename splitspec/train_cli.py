@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from plumbing.errors import StartupRefused
+from plumbing.flag_hints import HintingParser
 from plumbing.paths import default_cache_dir
 from splitspec import train_flags
 
@@ -166,7 +167,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="splitspec", description=__doc__)
+    parser = HintingParser(prog="splitspec", description=__doc__)
     add_train_parser(parser.add_subparsers(dest="command", required=True))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parser.parse_args(argv)
