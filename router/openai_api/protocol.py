@@ -14,6 +14,7 @@ from typing import Any
 from protos import generation_pb2 as pb
 from router.json_text import parse_json
 from router.openai_api.best_of import parse_best_of, refuse_in_chat
+from router.openai_api.body_keys import refuse_unknown_keys
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
 from router.openai_api.formats import format_key, set_format
@@ -66,6 +67,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def parse_chat(body: dict[str, Any]) -> ParsedRequest:
+    refuse_unknown_keys(body, "chat completions")
     request = pb.GenerateRequest()
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -85,6 +87,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
 
 
 def parse_completion(body: dict[str, Any]) -> ParsedRequest:
+    refuse_unknown_keys(body, "completions")
     request = pb.GenerateRequest()
     prompts = _prompts(body.get("prompt"))
     _set_input(request, prompts[0])
