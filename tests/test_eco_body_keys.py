@@ -11,6 +11,8 @@ import pytest
 from router.openai_api import body_keys
 from router.openai_api.errors import ApiError
 from router.openai_api.protocol import parse_chat, parse_completion
+from router.openai_api.tokenize import detokenize, tokenize
+from tests.helpers.prompts import router_tokenizer
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 COMPLETION = {"prompt": "Hi"}
@@ -52,6 +54,13 @@ def test_the_keys_taken_are_the_keys_the_parsers_read() -> None:
     chat_bodies = (CHAT, {**CHAT, "tools": [TOOL]})
     assert _keys_read(parse_chat, *chat_bodies) == body_keys.CHAT - body_keys.NO_EFFECT
     assert _keys_read(parse_completion, COMPLETION) == body_keys.COMPLETIONS - body_keys.NO_EFFECT
+    tok = router_tokenizer()
+    read = _keys_read(lambda body: tokenize(body, tok, 8192), COMPLETION, CHAT,
+                      {**CHAT, "tools": [TOOL]})  # fmt: skip
+    assert read | {"model"} == body_keys.TOKENIZE  # the app checks the model before
+    assert _keys_read(lambda body: detokenize(body, tok), {"tokens": [1]}) | {"model"} == (
+        body_keys.DETOKENIZE
+    )
 
 
 @pytest.mark.parametrize(
@@ -68,7 +77,12 @@ def test_the_keys_taken_are_the_keys_the_parsers_read() -> None:
      (parse_chat, {**CHAT, "reasoning_effort": "low"}, "reasoning_effort",
       "reasoning_effort is not supported"),
      (parse_chat, {**CHAT, "modalities": ["text", "audio"]}, "modalities",
-      "modalities is not supported")],
+      "modalities is not supported"),
+     (lambda body: tokenize(body, router_tokenizer(), 8192),
+      {**COMPLETION, "return_token_strs": True}, "return_token_strs",
+      "unrecognized request argument: return_token_strs"),
+     (lambda body: detokenize(body, router_tokenizer()), {"tokens": [1], "prompt": "x"},
+      "prompt", "prompt is a completions parameter")],
 )  # fmt: skip
 def test_a_key_not_taken_is_a_400_naming_it(parse, body: dict, key: str, message: str) -> None:
     with pytest.raises(ApiError) as refused:

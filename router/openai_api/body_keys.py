@@ -1,4 +1,5 @@
-"""The top-level keys an OpenAI body may hold here; any other is refused, never ignored.
+"""The top-level keys an OpenAI (or vLLM tokenizer) body may hold; any other is refused, never
+ignored.
 
 A mistyped key (``max_token``, ``temprature``) used to be dropped without a word: the reply
 then ran to the default length, greedy, and looked like the server's fault. OpenAI answers such
@@ -37,11 +38,16 @@ CHAT = _SAMPLING | NO_EFFECT | {
 COMPLETIONS = _SAMPLING | NO_EFFECT | {
     "prompt", "echo", "best_of", "suffix", "tools", "functions",  # suffix and tools refused
 }  # fmt: skip
+# vLLM's tokenizer endpoints (router/openai_api/tokenize.py; ``model`` is the app's check).
+TOKENIZE = {"model", "prompt", "add_special_tokens", "messages", "tools", "tool_choice",
+            "parallel_tool_calls", "functions", "function_call"}  # fmt: skip
+DETOKENIZE = {"model", "tokens"}
 # OpenAI's own parameters that would change the output and are not served.
 NOT_SERVED = {"audio", "modalities", "reasoning_effort", "verbosity", "web_search_options"}
 
 
-KEYS = {"chat completions": CHAT, "completions": COMPLETIONS}
+KEYS = {"chat completions": CHAT, "completions": COMPLETIONS, "tokenize": TOKENIZE,
+        "detokenize": DETOKENIZE}  # fmt: skip
 
 
 def refuse_unknown_keys(body: dict[str, Any], endpoint: str) -> None:
@@ -52,7 +58,7 @@ def refuse_unknown_keys(body: dict[str, Any], endpoint: str) -> None:
             continue  # text out is what every reply here is
         if key in NOT_SERVED:
             raise ApiError(400, f"{key} is not supported", key, code="unsupported_parameter")
-        elsewhere = [name for name, keys in KEYS.items() if key in keys]
+        elsewhere = [name for name, keys in KEYS.items() if key in keys - NO_EFFECT]
         if elsewhere:
             raise ApiError(400, f"{key} is a {elsewhere[0]} parameter", key,
                            code="unrecognized_argument")  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 from protos import generation_pb2 as pb
 from router.chat_input import template_input
+from router.openai_api.body_keys import refuse_unknown_keys
 from router.openai_api.errors import ApiError
 from router.openai_api.messages import chat_message
 from router.openai_api.protocol import flag
@@ -20,6 +21,7 @@ from router.tokenizer import Tokenizer
 def tokenize(body: dict[str, Any], tokenizer: Tokenizer, max_model_len: int) -> dict[str, Any]:
     """``prompt`` (a string; ``add_special_tokens``, default true) or ``messages`` (a chat,
     templated as the chat API templates it, ``tools`` included) as token ids."""
+    refuse_unknown_keys(body, "tokenize")
     prompt, messages = body.get("prompt"), body.get("messages")
     if (prompt is None) == (messages is None):
         raise ApiError(400, "give either prompt (a string) or messages (a chat)", "prompt")
@@ -34,6 +36,7 @@ def tokenize(body: dict[str, Any], tokenizer: Tokenizer, max_model_len: int) -> 
 
 
 def detokenize(body: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
+    refuse_unknown_keys(body, "detokenize")
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) and tokenizer.is_valid_id(t) for t in tokens
