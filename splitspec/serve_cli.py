@@ -28,7 +28,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    problem = _busy_port(args) or _device_problem(args.device)
+    problem = pointless_draft_flags(args) or _busy_port(args) or _device_problem(args.device)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -183,12 +183,42 @@ def draft_method(args: argparse.Namespace) -> str:
     or --eagle-head names one), else n-gram: a head with random weights would accept nothing."""
     if args.draft_method != "auto":
         return args.draft_method
+    if args.eagle_head:  # a head named is EAGLE asked for, on any device
+        return "eagle"
     if args.device.startswith("cuda"):
         # Measured on an H200 (README, "On a GPU"): with both services replaying CUDA graphs,
         # a round of the 135M default model costs about what the ~4 tokens it commits cost
         # target-only (0.75-1.27x by prompt set and box), so speculation there is asked for.
         return "off"
-    return "eagle" if args.eagle_head or not args.model else "ngram"
+    return "ngram" if args.model else "eagle"
+
+
+# The draft replicas' own flags, by their argparse names.
+DRAFT_ONLY = {"num_steps": "--num-steps", "topk": "--topk",
+              "num_draft_tokens": "--num-draft-tokens", "eagle_head": "--eagle-head",
+              "draft_threads": "--draft-threads", "draft_dtype": "--draft-dtype",
+              "draft_args": "--draft-args"}  # fmt: skip
+
+
+def pointless_draft_flags(args: argparse.Namespace) -> str:
+    """Why the draft replicas' own flags given are a usage error, if no replica runs: they
+    would change nothing, and a user who gave them meant speculation to run."""
+    if draft_method(args) != "off" and args.num_draft_replicas > 0:
+        return ""
+    parser = argparse.ArgumentParser()
+    add_serve_flags(parser)
+    defaults = parser.parse_args([])
+    given = [flag for dest, flag in DRAFT_ONLY.items()
+             if getattr(args, dest) != getattr(defaults, dest)]  # fmt: skip
+    if not given:
+        return ""
+    if args.num_draft_replicas == 0:
+        why, fix = "--num-draft-replicas 0", "--num-draft-replicas 1 or more"
+    else:
+        why = "--draft-method off" if args.draft_method == "off" else (
+            "--draft-method auto, which is off on CUDA")  # fmt: skip
+        fix = "--draft-method eagle or ngram"
+    return f"{', '.join(given)}: no draft replica runs ({why}); give {fix}, or leave them out"
 
 
 def _draft_args(args: argparse.Namespace) -> list[list[str]]:

@@ -96,8 +96,9 @@ def _add_speculation_flags(group: argparse._ArgumentGroup) -> None:
         default="auto",
         help="drafter of the draft replicas; auto: EAGLE with the head trained for the model "
         "(shipped for the default model, or --eagle-head), else n-gram, and off on CUDA "
-        "(where EAGLE at batch 1 measured 0.75-1.06x target-only on the default model, "
-        "0.78-1.27x with --keep-cpus-awake spin: README, 'On a GPU'); off: target-only",
+        "unless --eagle-head names a head (where EAGLE at batch 1 measured 0.75-1.06x "
+        "target-only on the default model, 0.78-1.27x with --keep-cpus-awake spin: README, "
+        "'On a GPU'); off: target-only",
     )
     group.add_argument(
         "--num-draft-replicas",

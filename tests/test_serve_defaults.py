@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from model_runtime.config import AMX_CPU_FLAG, cpu_flags, cpu_has_native_bf16, resolve_dtype
-from splitspec.serve_cli import _draft_args, add_serve_parser, draft_method
+from splitspec.serve_cli import _draft_args, add_serve_parser, draft_method, pointless_draft_flags
 
 
 def serve_args(*argv: str) -> argparse.Namespace:
@@ -66,6 +66,26 @@ def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
     assert draft_method(serve_args("--device", "cuda")) == "off"
     assert draft_method(serve_args("--device", "cuda:1")) == "off"
     assert draft_method(serve_args("--device", "cuda", "--draft-method", "eagle")) == "eagle"
+    # A head named is EAGLE asked for.
+    assert draft_method(serve_args("--device", "cuda", "--eagle-head", "h")) == "eagle"
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [(("--draft-method", "off", "--num-steps", "3", "--topk", "2"),
+      "--num-steps, --topk: no draft replica runs (--draft-method off); give --draft-method "
+      "eagle or ngram, or leave them out"),
+     (("--num-draft-replicas", "0", "--draft-threads", "2", "--draft-args", "--threads 1"),
+      "--draft-threads, --draft-args: no draft replica runs (--num-draft-replicas 0); give "
+      "--num-draft-replicas 1 or more, or leave them out"),
+     (("--device", "cuda", "--num-draft-tokens", "32", "--draft-dtype", "float32"),
+      "--num-draft-tokens, --draft-dtype: no draft replica runs (--draft-method auto, which is "
+      "off on CUDA); give --draft-method eagle or ngram, or leave them out"),
+     (("--draft-method", "off"), ""), (("--num-steps", "3", "--topk", "2"), ""),
+     (("--device", "cuda", "--draft-method", "ngram", "--topk", "2"), "")],
+)  # fmt: skip
+def test_draft_flags_where_no_replica_runs_are_refused(argv: tuple[str, ...], problem: str) -> None:
+    assert pointless_draft_flags(serve_args(*argv)) == problem
 
 
 def draft_config(*argv: str):
@@ -120,3 +140,13 @@ def test_a_cpu_eagle_head_defaults_to_float32_where_the_few_row_kernel_runs() ->
 def test_serve_lets_the_router_switch_speculation_off_where_it_loses() -> None:
     assert serve_args().adaptive_speculation
     assert not serve_args("--no-adaptive-speculation").adaptive_speculation
+
+
+def test_serve_refuses_them_before_anything_starts(capsys: pytest.CaptureFixture) -> None:
+    from splitspec import cli
+
+    assert cli.main(["serve", "--draft-method", "off", "--topk", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --topk: no draft replica runs (--draft-method off); give --draft-method eagle or "
+        "ngram, or leave them out\n"
+    )
