@@ -52,6 +52,8 @@ class DraftConfig:
             raise ValueError(f"packed weights must be one of {PACKED_WEIGHTS}")
         if self.dtype not in DTYPES.values():
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
+        if self.eagle_head is not None and self.method != "eagle":
+            raise ValueError(f"--eagle-head is for --method eagle, not {self.method}")
         if self.method == "scripted" and self.script is None:
             raise ValueError("method scripted needs --script FILE")
         if self.method == "recording" and self.record_dir is None:

@@ -203,7 +203,10 @@ DRAFT_ONLY = {"num_steps": "--num-steps", "topk": "--topk",
 def pointless_draft_flags(args: argparse.Namespace) -> str:
     """Why the draft replicas' own flags given are a usage error, if no replica runs: they
     would change nothing, and a user who gave them meant speculation to run."""
-    if draft_method(args) != "off" and args.num_draft_replicas > 0:
+    method = draft_method(args)
+    if method == "ngram" and args.eagle_head:
+        return "--eagle-head: the n-gram drafter has no head; give --draft-method eagle or auto"
+    if method != "off" and args.num_draft_replicas > 0:
         return ""
     parser = argparse.ArgumentParser()
     add_serve_flags(parser)

@@ -81,6 +81,8 @@ def test_auto_drafter_is_off_on_cuda_and_explicit_choices_stand() -> None:
      (("--device", "cuda", "--num-draft-tokens", "32", "--draft-dtype", "float32"),
       "--num-draft-tokens, --draft-dtype: no draft replica runs (--draft-method auto, which is "
       "off on CUDA); give --draft-method eagle or ngram, or leave them out"),
+     (("--draft-method", "ngram", "--eagle-head", "h"),
+      "--eagle-head: the n-gram drafter has no head; give --draft-method eagle or auto"),
      (("--draft-method", "off"), ""), (("--num-steps", "3", "--topk", "2"), ""),
      (("--device", "cuda", "--draft-method", "ngram", "--topk", "2"), "")],
 )  # fmt: skip
@@ -94,6 +96,11 @@ def draft_config(*argv: str):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     return config_from_args(parser.parse_args(list(argv)))
+
+
+def test_a_draft_service_refuses_a_head_it_would_not_use() -> None:
+    with pytest.raises(ValueError, match="^--eagle-head is for --method eagle, not ngram$"):
+        draft_config("--method", "ngram", "--eagle-head", "h")
 
 
 @pytest.mark.parametrize(("rows_per_pass", "nodes"), [(16, 8), (6, 6), (None, 8)])
