@@ -120,6 +120,12 @@ def test_mutual_tls_asked_for_but_not_possible_fails_the_render(tls: dict, said:
         render({"tls": tls})
 
 
+def test_an_eagle_head_for_the_ngram_drafter_fails_the_render() -> None:
+    said = "draft.eagleHead is for draft.method eagle, not ngram"
+    with pytest.raises(helm.HelmError, match=said):
+        render({"draft": {"method": "ngram", "eagleHead": "heads/mine"}})
+
+
 def test_security_values_without_material_are_refused() -> None:
     with pytest.raises(helm.HelmError, match="tls.cert"):
         render({"tls": {"enabled": True}})

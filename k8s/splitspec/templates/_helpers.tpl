@@ -94,7 +94,9 @@ off while asking for it, or set a CA that nothing reads, fail the render instead
 {{- if $d.topk }} --topk {{ int $d.topk }}{{ end }}
 {{- if $d.numDraftTokens }} --num-draft-tokens {{ int $d.numDraftTokens }}{{ end }}
 {{- include "splitspec.modelArgs" . }}
-{{- if $d.eagleHead }} --eagle-head {{ $d.eagleHead | quote }}{{ end }}
+{{- if $d.eagleHead }}
+{{- if ne $d.method "eagle" }}{{ fail (printf "draft.eagleHead is for draft.method eagle, not %s: the draft service would refuse it" $d.method) }}{{ end }} --eagle-head {{ $d.eagleHead | quote }}
+{{- end }}
 {{- include "splitspec.logArgs" . }}
 {{- range $d.extraArgs }} {{ . | quote }}{{ end }}
 {{- end -}}
