@@ -3,12 +3,13 @@ the hung one never stalls the target.
 
 Two EAGLE replicas (the oracle head, so drafts get accepted) serve a steady load of the issue's
 50 concurrent greedy streams (the router runs and speculates for all 50 at once). Replica A is
-SIGKILLed and restarted; then replica B is SIGSTOPped for 5 s and SIGCONTinued. Every stream
+SIGKILLed and restarted; then replica B is SIGSTOPped for 12 s and SIGCONTinued. Every stream
 must finish with exactly its target-only output (speculation is lossless, so target-only greedy
 is the fault-free reference), and no step while B is stopped may take half as long as the stop
 (B's Propose deadline is twice its recent p99, so the one step that misses it costs that plus
 its verify; a suspected replica is not waited for again). Waiting for B would show as a step of
-the whole 8 s stop.
+the whole stop. The stop is long because that missed deadline grows with load: on a loaded CI
+box (median step 1.56 s) one step took 4.6 s, past half of the 8 s stop this test had then.
 
 To fit CI (2 shared cores, the whole stack) the streams are short (32 tokens) and the load
 cycles over 50 distinct prompts, so the reference is one batch of 50 target-only streams.
@@ -37,7 +38,7 @@ from tests.helpers.spec_fixtures import (  # noqa: F401 (fixtures)
 pytestmark = pytest.mark.timeout(300)
 CONCURRENCY = 50
 MAX_NEW = 32
-STOP_S = 8.0
+STOP_S = 12.0
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
