@@ -193,11 +193,9 @@ def draft_method(args: argparse.Namespace) -> str:
     return "ngram" if args.model else "eagle"
 
 
-# The draft replicas' own flags, by their argparse names.
-DRAFT_ONLY = {"num_steps": "--num-steps", "topk": "--topk",
-              "num_draft_tokens": "--num-draft-tokens", "eagle_head": "--eagle-head",
-              "draft_threads": "--draft-threads", "draft_dtype": "--draft-dtype",
-              "draft_args": "--draft-args"}  # fmt: skip
+# The draft replicas' own flags, by their argparse names (--num-steps is num_steps).
+DRAFT_ONLY = ("num_steps", "topk", "num_draft_tokens", "eagle_head", "draft_threads",
+              "draft_dtype", "draft_args")  # fmt: skip
 
 
 def pointless_draft_flags(args: argparse.Namespace) -> str:
@@ -211,7 +209,7 @@ def pointless_draft_flags(args: argparse.Namespace) -> str:
     parser = argparse.ArgumentParser()
     add_serve_flags(parser)
     defaults = parser.parse_args([])
-    given = [flag for dest, flag in DRAFT_ONLY.items()
+    given = ["--" + dest.replace("_", "-") for dest in DRAFT_ONLY
              if getattr(args, dest) != getattr(defaults, dest)]  # fmt: skip
     if not given:
         return ""
