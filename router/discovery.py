@@ -100,8 +100,13 @@ class DraftDiscovery:
         except NameNotFound as err:
             self._set_error(f"{self.host} does not resolve ({err})")
             return []
-        except (OSError, TimeoutError, ValueError) as err:  # ValueError: e.g. an empty label
-            self._set_error(f"lookup of {self.host} failed ({err or type(err).__name__})")
+        except TimeoutError:  # the resolver's own, or ours: both say nothing of themselves
+            self._set_error(
+                f"lookup of {self.host} failed (no answer in {self.lookup_timeout_s:g} s)"
+            )
+            return None
+        except (OSError, ValueError) as err:  # ValueError: e.g. an empty label
+            self._set_error(f"lookup of {self.host} failed ({str(err) or type(err).__name__})")
             return None
         self.last_resolved = self.last_attempt
         self._set_error("" if answer else f"{self.host} resolves to no address")

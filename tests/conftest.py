@@ -133,17 +133,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _run_order(item: pytest.Item) -> int:
-    if item.get_closest_marker("quiet"):
-        return 2
-    return item.path.name == "test_compose.py"
+    return item.path.name != "test_compose.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The container test runs last but the `quiet` tests (in `make test`, last of the serial
-    run, which follows the parallel one): its images build and its stack starts in the
-    background (niced, so they take only CPU the other tests leave idle) and are ready by then.
-    The `quiet` tests follow it, once its stack is gone: SCHED_IDLE spinners get no CPU beside
-    any other work, niced or not (CI once found them starved while the stack started)."""
+    """The container test runs first of its run (in `make test` the serial one, after the
+    parallel run), the others after it, once its stack is gone. Its images build and its stack
+    starts in the background (niced), and the other serial tests time windows of the wall
+    clock: CI's machine failed them beside that work, niced or not (a burst's refusals at a
+    60 ms median against 13 ms alone; SCHED_IDLE spinners starved)."""
     items.sort(key=_run_order)  # stable: order kept otherwise
 
 

@@ -153,7 +153,6 @@ for line in sys.stdin:
 
 # SCHED_IDLE spinners starve beside any other work: alone, after the container stack is gone.
 @pytest.mark.serial
-@pytest.mark.quiet
 def test_spinners_spin_while_their_service_works_and_sleep_once_it_idles() -> None:
     worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=REPO_ROOT, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip

@@ -209,6 +209,14 @@ async def test_temporary_lookup_failures_keep_the_pool() -> None:
 
 
 @in_loop
+async def test_a_lookup_that_times_out_says_so(caplog) -> None:
+    d = make_discovery([TimeoutError()])
+    await d.refresh()
+    assert d.status().error == "lookup of draft.test failed (no answer in 5 s)"
+    assert "(no answer in 5 s)" in caplog.text  # once said "failed ()"
+
+
+@in_loop
 async def test_an_address_that_is_not_a_draft_never_takes_requests(caplog) -> None:
     async with serving() as servers:
         draft, other = await servers(), await servers(draft=False)
