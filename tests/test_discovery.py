@@ -275,8 +275,15 @@ async def test_run_forever_keeps_looking_up() -> None:
 @in_loop
 async def test_the_system_resolver() -> None:
     assert "127.0.0.1:7" in await resolve_dns("localhost", 7)
-    with pytest.raises(NameNotFound):
+    try:
         await resolve_dns("no-such-draft.invalid", 7)
+    except NameNotFound:
+        return
+    except socket.gaierror as err:
+        if err.errno == socket.EAI_AGAIN:  # e.g. the GPU box, which reaches no DNS server
+            pytest.skip("no DNS server answers here (EAI_AGAIN), so no NXDOMAIN to see")
+        raise
+    pytest.fail("no-such-draft.invalid resolved")
 
 
 @pytest.mark.parametrize("bad", ["draft", "draft:", ":50071", "draft:http", "draft:70000"])
