@@ -66,8 +66,8 @@ def test_an_idle_replica_that_dies_leaves_the_status_and_comes_back(
           f"{back_s:.2f} s")  # fmt: skip
     assert noticed_s < NOTICE_S, "a replica killed while idle still reads healthy"
     # Found by the router's own health checks, not by a request: the idle check, or the probe
-    # of a replica suspected first (CI once saw the previous request's Release miss its
-    # deadline on a loaded box: "suspected and not answering health checks").
+    # of a replica suspected first ("suspected and not answering health checks": on a loaded
+    # box in CI, most likely a call of the request before missed its deadline).
     assert "health check while idle" in error or "not answering health checks" in error, error
     assert down.token_ids == before.token_ids
     assert down.final.speculation.draft_tokens == 0, "drafts from a dead replica?"
