@@ -4,6 +4,10 @@ argparse refuses an unknown flag with "unrecognized arguments" alone, and said b
 parser even when the flag was meant for a subcommand. ``HintingParser`` says it with the
 subcommand's usage and adds the closest flag that command has: `splitspec generate --max-tokens
 5` (the OpenAI name) is answered "--max-tokens: did you mean --max-new-tokens?".
+
+It takes no abbreviations either: argparse's default reads `--max 5` as the one flag that
+starts so, which a script then depends on without knowing, until a second flag of that prefix
+arrives and the same line fails as ambiguous. A shortened flag is refused with the whole one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ def unrecognized(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str
 class HintingParser(argparse.ArgumentParser):
     """Refuses unknown arguments through the subcommand they followed, with ``unrecognized``'s
     guesses. Its subcommands' parsers are of this class too (argparse's default)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         parsed, unknown = self.parse_known_args(args, namespace)

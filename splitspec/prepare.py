@@ -9,13 +9,13 @@ when the cache folder cannot be written or the model is not there.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
 from pathlib import Path
 
 from model_runtime.loading import ModelNotFound
+from plumbing.flag_hints import HintingParser
 from plumbing.once import CacheWriteError, ensure_writable
 from plumbing.paths import add_cache_dir_flag, default_cache_dir
 
@@ -57,7 +57,7 @@ def _timed(what: str, work) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m splitspec.prepare", description=__doc__)
+    parser = HintingParser(prog="python -m splitspec.prepare", description=__doc__)
     parser.add_argument("--model", type=Path, default=None)
     add_cache_dir_flag(parser)
     parser.add_argument("--kernel", action="store_true", help="also build the few-row kernel")

@@ -57,6 +57,18 @@ def test_a_subcommands_typo_is_refused_by_the_subcommand(capsys: pytest.CaptureF
     )
 
 
+def test_a_shortened_flag_is_refused_with_the_whole_one(capsys: pytest.CaptureFixture) -> None:
+    """argparse would read --max-new as --max-new-tokens: a script's line that works until a
+    second flag starts the same way."""
+    with pytest.raises(SystemExit) as stopped:
+        _parsers()[0].parse_args(["run", "--max-new", "5"])
+    assert stopped.value.code == 2
+    assert "--max-new: did you mean --max-new-tokens?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "hi", "--max-new", "5"])
+    assert "--max-new: did you mean --max-new-tokens?" in capsys.readouterr().err
+
+
 def test_generate_names_the_flag_meant(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.main(["generate", "hi", "--max-tokens", "5"])
