@@ -269,6 +269,23 @@ def test_stream_options_without_stream_is_a_400() -> None:
     assert status == 400 and reply["error"]["param"] == "stream_options"
 
 
+@pytest.mark.parametrize(
+    ("options", "param", "says"),
+    [({"include_usgae": True}, "stream_options.include_usgae", "unrecognized stream option"),
+     ({"include_usage": "yes"}, "stream_options.include_usage", "must be true or false")],
+)  # fmt: skip
+def test_a_stream_option_misspelt_or_not_a_bool_is_a_400(
+    options: dict, param: str, says: str
+) -> None:
+    """Before, either was taken: the first as include_usage off, the second as on."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "stream_options": options}  # fmt: skip
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions",
+                         json.dumps(body).encode(), {})  # fmt: skip
+    assert status == 400 and reply["error"]["param"] == param
+    assert says in reply["error"]["message"]
+
+
 def test_a_wrong_method_is_a_405_request_error() -> None:
     status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/models", b"", {}, "DELETE")
     assert status == 405 and reply["error"]["type"] == "invalid_request_error"

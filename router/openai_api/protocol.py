@@ -167,16 +167,35 @@ def _finish(
             raise ApiError(400, "speculation must be true or false", "speculation")
         request.speculation.enabled = speculation
     stream = flag(body, "stream")
-    options = body.get("stream_options")
-    if options is not None and not stream:  # as OpenAI and vLLM answer it
-        raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
-    options = options or {}
-    if not isinstance(options, dict):
-        raise ApiError(400, "stream_options must be an object", "stream_options")
-    include_usage = bool(options.get("include_usage")) and stream
+    include_usage = _include_usage(body.get("stream_options"), stream)
     max_tokens = next((k for k in max_tokens_keys if body.get(k) is not None), max_tokens_keys[0])
     params = {"max_new_tokens": max_tokens, "structured_output": format_key(body)}
     return ParsedRequest(request, model, stream, include_usage, _choices(body), params=params)
+
+
+# stream_options' keys. ``include_obfuscation`` (OpenAI's padding of stream events against
+# length side channels) changes no token or text, so it is taken and ignored.
+_STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
+
+
+def _include_usage(options: Any, stream: bool) -> bool:
+    """stream_options' include_usage; any key that is not one of its own is refused, as a
+    top-level one is (body_keys.py), so a misspelt include_usage is not silently off."""
+    if options is None:
+        return False
+    if not stream:  # as OpenAI and vLLM answer it
+        raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
+    if not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", "stream_options")
+    for key, value in options.items():
+        where = f"stream_options.{key}"
+        if key not in _STREAM_OPTIONS:
+            raise ApiError(400, f"unrecognized stream option: {key} (this server takes "
+                           f"{', '.join(sorted(_STREAM_OPTIONS))})", where,
+                           code="unrecognized_argument")  # fmt: skip
+        if value is not None and not isinstance(value, bool):
+            raise ApiError(400, f"{where} must be true or false", where)
+    return bool(options.get("include_usage"))
 
 
 def _choices(body: dict[str, Any]) -> int:
