@@ -17,14 +17,11 @@ from router.openai_api.best_of import parse_best_of, refuse_in_chat
 from router.openai_api.body_keys import refuse_unknown_keys
 from router.openai_api.choices import MAX_CHOICES, MAX_REQUESTS, fan_out
 from router.openai_api.errors import ApiError
-from router.openai_api.formats import format_key, set_format
+from router.openai_api.formats import format_key
 from router.openai_api.messages import chat_message
+from router.openai_api.sampling import chat_logprobs, completion_logprobs, flag, sampling
 from router.openai_api.tools import ToolRequest, apply_tools, parse_tools
-from router.openai_api.values import is_int, is_int64, is_number
-from router.openai_api.vllm_sampling import vllm_sampling
-from router.validation import MAX_TOP_LOGPROBS
-
-UINT64 = (1 << 64) - 1
+from router.openai_api.values import is_int, is_int64
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
         request.messages.items.append(chat_message(message, f"messages[{i}]"))
     _refuse_unsupported(body, chat=True)
     tools = parse_tools(body)
-    _chat_logprobs(request.sampling, body)
+    chat_logprobs(request.sampling, body)
     parsed = _finish(request, body, max_tokens_keys=("max_completion_tokens", "max_tokens"))
     params = {**parsed.params, "input": "messages"}
     if tools is not None:
@@ -92,7 +89,7 @@ def parse_completion(body: dict[str, Any]) -> ParsedRequest:
     prompts = _prompts(body.get("prompt"))
     _set_input(request, prompts[0])
     _refuse_unsupported(body, chat=False)
-    _completion_logprobs(request.sampling, body)
+    completion_logprobs(request.sampling, body)
     echo = flag(body, "echo")
     request.sampling.prompt_logprobs = echo and request.sampling.logprobs
     scores_only = echo and is_int(body.get("max_tokens")) and body["max_tokens"] == 0
@@ -122,8 +119,10 @@ def _prompts(prompt: Any) -> list[str | list[int]]:
     token ids (a batch: one prompt each)."""
     if isinstance(prompt, str) or _token_ids(prompt):
         return [prompt]
-    if isinstance(prompt, list) and prompt and all(
-        isinstance(p, str) or _token_ids(p) for p in prompt
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, str) or _token_ids(p) for p in prompt)
     ):
         if len(prompt) > MAX_CHOICES:
             raise ApiError(400, f"at most {MAX_CHOICES} prompts a request", "prompt")
@@ -160,7 +159,7 @@ def _finish(
     model = body.get("model")  # left out: the served model, as vLLM does
     if model is not None and (not isinstance(model, str) or not model):
         raise ApiError(400, "model must be the served model's name", "model")
-    _sampling(request.sampling, body, max_tokens_keys)
+    sampling(request.sampling, body, max_tokens_keys)
     speculation = body.get("speculation")
     if speculation is not None:
         if not isinstance(speculation, bool):
@@ -205,104 +204,3 @@ def _choices(body: dict[str, Any]) -> int:
     if not is_int(n) or not 1 <= n <= MAX_CHOICES:
         raise ApiError(400, f"n must be an integer in [1, {MAX_CHOICES}], got {n!r}", "n")
     return n
-
-
-def _chat_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
-    """Chat's ``logprobs: bool`` and ``top_logprobs: int``; like OpenAI and vLLM, a
-    top_logprobs (even 0) needs logprobs true."""
-    s.logprobs = flag(body, "logprobs")
-    top = body.get("top_logprobs")
-    if top is None:
-        return
-    if not s.logprobs:
-        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
-    s.top_logprobs = _top_count(top, "top_logprobs")
-
-
-def _completion_logprobs(s: pb.SamplingParams, body: dict[str, Any]) -> None:
-    """Completions' ``logprobs: int``: how many top tokens beside the chosen one (0: the
-    chosen one only); null is off."""
-    top = body.get("logprobs")
-    if top is not None:
-        s.logprobs = True
-        s.top_logprobs = _top_count(top, "logprobs")
-
-
-def _top_count(value: Any, key: str) -> int:
-    # The router's validation checks the range again for gRPC; here the 400 names the key.
-    if not is_int(value) or not 0 <= value <= MAX_TOP_LOGPROBS:
-        raise ApiError(
-            400, f"{key} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}", key
-        )
-    return value
-
-
-def _sampling(s: pb.SamplingParams, body: dict[str, Any], max_tokens_keys: tuple[str, ...]) -> None:
-    for key in max_tokens_keys:
-        value = body.get(key)
-        if value is None:
-            continue
-        if not is_int(value) or value < 1:
-            raise ApiError(400, f"{key} must be a positive integer, got {value!r}", key)
-        s.max_new_tokens = min(value, (1 << 32) - 1)
-        break
-    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-        value = body.get(key)
-        if value is not None:
-            if not is_number(value):
-                raise ApiError(400, f"{key} must be a number, got {value!r}", key)
-            setattr(s, key, float(value))
-    for key in ("seed", "top_k"):
-        value = body.get(key)
-        if value is not None and not is_int(value):
-            raise ApiError(400, f"{key} must be an integer, got {value!r}", key)
-    if body.get("seed") is not None:
-        s.seed = body["seed"] & UINT64  # OpenAI seeds may be negative; ours are uint64
-    if body.get("top_k") is not None and body["top_k"] != -1:  # -1: vLLM's "off"
-        s.top_k = max(-(1 << 31), min(body["top_k"], (1 << 31) - 1))
-    s.stop.extend(_stop(body.get("stop")))
-    ids = body.get("stop_token_ids") or []
-    if not isinstance(ids, list) or not all(is_int64(i) for i in ids):
-        raise ApiError(400, "stop_token_ids must be a list of integers", "stop_token_ids")
-    s.stop_token_ids.extend(ids)
-    s.ignore_eos = flag(body, "ignore_eos")
-    _logit_bias(s, body.get("logit_bias"))
-    set_format(s, body)  # structured output (router/openai_api/formats.py)
-    vllm_sampling(s, body)  # min_p, repetition_penalty, min_tokens
-
-
-def _logit_bias(s: pb.SamplingParams, bias: Any) -> None:
-    """OpenAI's ``{"token id": bias}`` (ids as strings, as JSON keys are); the values' range
-    and the ids' vocabulary are checked with the gRPC API's."""
-    if bias is None:
-        return
-    if not isinstance(bias, dict):
-        raise ApiError(400, "logit_bias must be an object of token id -> bias", "logit_bias")
-    for key, value in bias.items():
-        if not (isinstance(key, str) and key.lstrip("-").isdigit() and is_number(value)):
-            raise ApiError(
-                400, f"logit_bias: {key!r}: {value!r} is not a token id and a number", "logit_bias"
-            )
-        token = int(key)
-        if not -(1 << 63) <= token < (1 << 63):
-            raise ApiError(400, f"logit_bias: token id {key} out of range", "logit_bias")
-        s.logit_bias[token] = float(value)
-
-
-def _stop(stop: Any) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(x, str) for x in stop):
-        return stop
-    raise ApiError(400, "stop must be a string or a list of strings", "stop")
-
-
-def flag(body: dict[str, Any], key: str) -> bool:
-    value = body.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ApiError(400, f"{key} must be true or false", key)
-    return value

@@ -13,7 +13,7 @@ from router.chat_input import template_input
 from router.openai_api.body_keys import refuse_unknown_keys
 from router.openai_api.errors import ApiError
 from router.openai_api.messages import chat_message
-from router.openai_api.protocol import flag
+from router.openai_api.sampling import flag
 from router.openai_api.tools import apply_tools, parse_tools
 from router.tokenizer import Tokenizer
 
