@@ -9,14 +9,30 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=localhost/splitspec-base:bookworm
 step() { local t0=$SECONDS; "$@"; echo "[build-images] $(printf '%q ' "$@" | cut -c1-60) took $((SECONDS - t0)) s" >&2; }
 
+# What debootstrap mounted inside the tree it builds (proc, sys; /dev bound from the host when
+# it runs in a container) stays mounted when it is killed. A later `rm -rf` would then fail on
+# proc and sys, or delete the host's device nodes through that /dev. So the mounts go first,
+# deepest first, and rm never crosses into a mount it missed.
+unmount_under() {  # dir
+    awk -v root="$1/" 'index($2, root) == 1 {print $2}' /proc/self/mounts | sort -r \
+        | while read -r mount; do umount -l "$mount" || true; done
+}
+
+remove_rootfs() {
+    unmount_under "$W/rootfs"
+    rm -rf --one-file-system "$W/rootfs"
+}
+
 base() {
-    rm -rf "$W/rootfs"
+    remove_rootfs
+    trap remove_rootfs EXIT  # an interrupted build leaves nothing mounted
     # Plain minbase: debootstrap resolving --include=python3 took 3x longer than apt in the build.
     debootstrap --variant=minbase bookworm "$W/rootfs" "$MIRROR" >"$W/debootstrap.log" 2>&1 \
         || { tail -20 "$W/debootstrap.log" >&2; return 1; }
     rm -rf "$W/rootfs/var/cache/apt/archives/"*.deb "$W/rootfs/var/lib/apt/lists/"*
     tar -C "$W/rootfs" -c . | podman import -q - "$BASE" >/dev/null
-    rm -rf "$W/rootfs"
+    remove_rootfs
+    trap - EXIT
 }
 
 build() {  # target tag
