@@ -158,6 +158,31 @@ def test_a_role_of_the_wrong_type_is_a_400_naming_it(role) -> None:
     assert reply["error"]["param"] == "messages[0].role"
 
 
+@pytest.mark.parametrize(
+    ("message", "param", "says"),
+    [({"role": "user", "contents": "hi"}, "messages[1].contents", "did you mean content?"),
+     ({"role": "user", "content": "hi", "name": 7}, "messages[1].name", "must be a string")],
+)  # fmt: skip
+def test_a_messages_unknown_key_or_bad_name_is_a_400(message, param, says) -> None:
+    """``contents`` used to give an empty user message, and a reply to it."""
+    body = {"messages": [{"role": "system", "content": "Be brief."}, message]}
+    status, reply = call(OpenAIServer(_NoServicer(), "m").app(), "/v1/chat/completions",
+                         json.dumps(body).encode(), {})  # fmt: skip
+    assert status == 400 and reply["error"]["param"] == param
+    assert says in reply["error"]["message"]
+
+
+def test_a_messages_name_refusal_and_null_fields_are_taken() -> None:
+    """What a client sends back of an earlier reply: unset fields as null, a name."""
+    parsed = parse_chat({"messages": [
+        {"role": "user", "content": "hi", "name": "ann"},
+        {"role": "assistant", "content": "Hello", "refusal": None, "audio": None,
+         "function_call": None, "tool_calls": None},
+        {"role": "user", "content": "again"}]})  # fmt: skip
+    contents = [m.content for m in parsed.generate.messages.items]
+    assert contents == ["hi", "Hello", "again"]
+
+
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 

@@ -2,10 +2,13 @@
 
 Besides role and content: an assistant message's ``tool_calls`` (its content may then be null)
 and a ``tool`` message's ``tool_call_id``, so that a client can send a call's result back.
+Any other key with a value is refused, as a body's is (body_keys.py): ``{"role": "user",
+"contents": "hi"}`` used to be taken as an empty message.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -15,11 +18,15 @@ from router.openai_api.errors import ApiError
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}  # fmt: skip
+# A message's keys. ``name`` (a participant's name) and an assistant's ``refusal`` are taken
+# and left out of the prompt, as vLLM does with the chat templates it serves.
+KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 
 
 def chat_message(message: Any, where: str) -> pb.ChatMessage:
     if not isinstance(message, dict):
         raise ApiError(400, f"{where} must be an object with role and content", where)
+    _refuse_unknown_keys(message, where)
     role_name = message.get("role")
     # Checked for a str first: a list or an object as role is unhashable in the lookup.
     role = ROLES.get(role_name) if isinstance(role_name, str) else None
@@ -39,6 +46,20 @@ def chat_message(message: Any, where: str) -> pb.ChatMessage:
                            f"{where}.tool_call_id")  # fmt: skip
         out.tool_call_id = call_id
     return out
+
+
+def _refuse_unknown_keys(message: dict[str, Any], where: str) -> None:
+    for key, value in message.items():
+        if key in KEYS or value is None:  # null: absent, as clients send unset fields
+            continue
+        close = difflib.get_close_matches(str(key), KEYS, n=1, cutoff=0.75)
+        meant = f"did you mean {close[0]}? " if close else ""
+        raise ApiError(400, f"{where}: unrecognized key {key} ({meant}a message takes "
+                       f"{', '.join(KEYS)})", f"{where}.{key}",
+                       code="unrecognized_argument")  # fmt: skip
+    for key in ("name", "refusal"):
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise ApiError(400, f"{where}.{key} must be a string", f"{where}.{key}")
 
 
 def _call(call: Any, where: str) -> pb.ToolCall:
