@@ -17,11 +17,16 @@ import difflib
 from collections.abc import Sequence
 
 CLOSE_ENOUGH = 0.6  # difflib's ratio: --max-tokens against --max-new-tokens is 0.79
+# Names other tools give the flag that says where a server is; spelt nothing like --address.
+OTHER_NAMES = {name: "--address" for name in ("--router", "--url", "--server", "--endpoint")}
 
 
 def closest_flag(parser: argparse.ArgumentParser, name: str) -> str | None:
-    """The long flag of ``parser`` nearest to ``name``, if one is near enough."""
+    """The flag of ``parser`` that other tools name ``name``, if it has one, else its long
+    flag nearest to ``name``, if one is near enough (bench's --out is to --router)."""
     flags = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    if OTHER_NAMES.get(name) in flags:
+        return OTHER_NAMES[name]
     close = difflib.get_close_matches(name, flags, n=1, cutoff=CLOSE_ENOUGH)
     return close[0] if close else None
 

@@ -76,6 +76,15 @@ def test_generate_names_the_flag_meant(capsys: pytest.CaptureFixture) -> None:
     assert "--max-tokens: did you mean --max-new-tokens?" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["generate", "hi"], ["status"], ["bench"]])
+def test_a_router_flag_by_another_tools_name_is_answered_with_address(
+    command: list[str], capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([*command, "--router", "127.0.0.1:1"])
+    assert "--router: did you mean --address?" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("service", "typo", "meant"),
     [("router", "--max-qeue", "--max-queue"), ("draft", "--metod", "--method"),
