@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from model_runtime.config import ModelConfig
+from model_runtime.lazy_zeros import zeros
 from plumbing.errors import StartupRefused
 
 
@@ -31,11 +32,11 @@ class SlotPools:
         rows = num_slots + 1
         check_fits(config, rows, dtype, device)
         shape = (rows, config.num_kv_heads, config.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.k = [zeros(shape, dtype, device) for _ in range(config.num_layers)]
+        self.v = [zeros(shape, dtype, device) for _ in range(config.num_layers)]
         # The last decoder layer's output (before the final norm) of every token run: what an
         # EAGLE drafter consumes. Kept under the same slot index as the token's KV.
-        self.hidden = torch.zeros((rows, config.hidden_size), dtype=dtype, device=device)
+        self.hidden = zeros((rows, config.hidden_size), dtype, device)
 
     def all_pools(self) -> list[torch.Tensor]:
         """Every tensor whose first dimension is the slot index (for compaction)."""

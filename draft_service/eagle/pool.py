@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from model_runtime.config import ModelConfig
+from model_runtime.lazy_zeros import zeros
 
 
 class DraftPoolFull(RuntimeError):
@@ -34,8 +35,8 @@ class DraftKVPool:
         self.num_slots = num_slots
         self.dummy_slot = num_slots + num_scratch
         shape = (num_slots + num_scratch + 1, target.num_kv_heads, target.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k = [zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v = [zeros(shape, dtype, device) for _ in range(num_layers)]
         self.scratch = torch.arange(num_slots, num_slots + num_scratch, device=device)
         # A stack; popping hands out low slots first, which keeps tests readable.
         self._free = list(range(num_slots - 1, -1, -1))
