@@ -19,7 +19,7 @@ from router.openai_api.errors import ApiError
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}  # fmt: skip
 # A message's keys. ``name`` (a participant's name) and an assistant's ``refusal`` are taken
-# and left out of the prompt, as vLLM does with the chat templates it serves.
+# and left out of the prompt: the default model's chat template has no place for either.
 KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 
 
