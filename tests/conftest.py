@@ -130,6 +130,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("greedy tie cases (allowed: HF top-2 gap < 1e-2)")
         for case in cases:
             terminalreporter.write_line(case)
+    if compose_stack.PHASE_TIMES:
+        terminalreporter.section("container test phases")
+        for line in compose_stack.PHASE_TIMES:
+            terminalreporter.write_line(line)
 
 
 def _run_order(item: pytest.Item) -> int:

@@ -30,6 +30,7 @@ from tests.helpers.compose_stack import (
     EARLY,
     ENABLED,
     IMAGES,
+    PHASE_TIMES,
     PROJECT,
     compose,
     run,
@@ -55,7 +56,7 @@ def phase(*args: str) -> dict:
     """One checks.py phase in the tester service; its JSON line."""
     started = time.monotonic()
     done = compose("--profile", "test", "run", "--rm", "tester", *args, check=False)
-    print(f"container test: phase {' '.join(args)}: {time.monotonic() - started:.0f} s")
+    PHASE_TIMES.append(f"phase {' '.join(args)}: {time.monotonic() - started:.1f} s")
     result = last_json(done.stdout)
     assert done.returncode == 0 and result.get("ok"), f"{args}: {done.stdout}\n{done.stderr}"
     return result
@@ -96,6 +97,7 @@ def address(container: str) -> str:
 def scale(count: int) -> None:
     """`up --scale` adds replicas; podman-compose 1.6 never removes any, so extras are stopped
     (SIGTERM: they drain) and removed newest first, as Docker Compose scales down."""
+    started = time.monotonic()
     running = sorted(drafts(), key=lambda n: int(n.rsplit("_", 1)[1]))
     if count > len(running):
         compose("up", "-d", "--scale", f"draft={count}", "draft")
@@ -103,6 +105,7 @@ def scale(count: int) -> None:
         run("podman", "stop", "-t", "10", name)
         run("podman", "rm", name)
     assert len(drafts()) == count, drafts()
+    PHASE_TIMES.append(f"scale draft={count}: {time.monotonic() - started:.1f} s")
 
 
 @pytest.fixture(scope="module")
