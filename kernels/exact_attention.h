@@ -17,12 +17,11 @@
 // request (a tree's nodes, a prefill chunk; a decode is a tile of one), and each (tile, head)
 // is one task.
 #pragma once
-#include <ATen/Parallel.h>
+#include "tensor_api.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
-#include <ATen/ATen.h>
 
 #include "attention_tile.h"
 #include "check.h"

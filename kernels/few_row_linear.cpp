@@ -13,13 +13,12 @@
 // each block is one contiguous stream.
 // Each output row accumulates over K in chunks of CHUNK (a fresh register sum per chunk, added
 // to the running total), which keeps the rounding error below that of a single K-long sum.
-#include <ATen/Parallel.h>
+#include "tensor_api.h"
 #include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
 #include <immintrin.h>  // _mm_prefetch
-#include <ATen/ATen.h>
 // pybind11 with torch's Tensor casters: half the compile time of torch/extension.h
 #include <torch/csrc/utils/pybind.h>
 

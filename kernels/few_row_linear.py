@@ -41,6 +41,7 @@ HEADERS = (
     "quantized_search.h",
     "row_ops.h",
     "round_ops.h",
+    "tensor_api.h",
 )
 SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
 BLOCK = 16  # output columns per packed block

@@ -4,8 +4,7 @@
 // second on 2 cores, where the same search in torch took several.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+#include "tensor_api.h"
 #include <c10/util/Half.h>
 #include <algorithm>
 #include <atomic>

@@ -11,8 +11,7 @@
 // probabilities may differ from torch's softmax in the last bits (its own exp): it serves the
 // drafter only, whose numerics never reach the output.
 #pragma once
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+#include "tensor_api.h"
 #include <cstring>
 #include <limits>
 #include <vector>

@@ -9,8 +9,7 @@
 // 16-lane tree rather than torch's, so its results may differ from the reference's in the
 // last bit.
 #pragma once
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+#include "tensor_api.h"
 #include <cmath>
 
 #include "simd16.h"
