@@ -31,6 +31,8 @@ log = logging.getLogger("splitspec.kernels")
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "few_row_linear.cpp"
+# Compiled beside SOURCE (kernels/exports.h says why there are two).
+BINDINGS = HERE / "bindings.cpp"
 HEADERS = (
     "simd16.h",
     "check.h",
@@ -42,8 +44,10 @@ HEADERS = (
     "row_ops.h",
     "round_ops.h",
     "tensor_api.h",
+    "exports.h",
 )
-SOURCES = [SOURCE, *(HERE / header for header in HEADERS)]  # the build key covers them all
+# The build key covers them all.
+SOURCES = [SOURCE, BINDINGS, *(HERE / header for header in HEADERS)]
 BLOCK = 16  # output columns per packed block
 MAX_ROWS = 16  # the most rows of x one call takes (MAX_ROWS in the .cpp)
 # The compiler flags per instruction set (simd16.h picks its vectors by what they enable).
@@ -122,7 +126,7 @@ def load(cache_dir: Path | None = None, isa: str | None = None) -> ModuleType | 
     built: list[ModuleType] = []
     if not final.exists():
         log.info(
-            "building the few-row linear kernel for %s (once per cache; 20-40 s on 2 cores)",
+            "building the few-row linear kernel for %s (once per cache; 15-30 s on 2 cores)",
             isa,
         )
     try:
@@ -154,7 +158,10 @@ def _compile(build_dir: Path, isa: str) -> ModuleType:
     from torch.utils.cpp_extension import load as build_extension
 
     return build_extension(
-        module_name(isa), [str(SOURCE)], extra_cflags=FLAGS[isa], build_directory=str(build_dir)
+        module_name(isa),
+        [str(SOURCE), str(BINDINGS)],
+        extra_cflags=FLAGS[isa],
+        build_directory=str(build_dir),
     )
 
 

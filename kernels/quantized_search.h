@@ -85,7 +85,7 @@ inline bool q8_0_block(const float* v, uint8_t* group, int64_t column) {
 
 // The packed copy ([N / 16][K / 32][group bytes] uint8), or an empty tensor where a block does
 // not rebuild. bits: 4 (Q4_1) or 8 (Q8_0).
-inline at::Tensor search(const at::Tensor& weight, int64_t bits_per_value) {
+at::Tensor search(const at::Tensor& weight, int64_t bits_per_value) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kFloat, "weight must be 2-D float32");
   TORCH_CHECK(bits_per_value == 4 || bits_per_value == 8, "bits must be 4 (Q4_1) or 8 (Q8_0)");
   const int64_t n = weight.size(0), k = weight.size(1);

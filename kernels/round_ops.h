@@ -52,7 +52,7 @@ inline int64_t argmax_row(const float* x, int64_t n) {
 }
 
 // logits [R, V] fp32 -> [R] int64.
-inline at::Tensor argmax_rows(const at::Tensor& logits) {
+at::Tensor argmax_rows(const at::Tensor& logits) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat,
               "argmax_rows takes float32 logits [R, V]");
   TORCH_CHECK(logits.size(1) > 0, "argmax_rows: rows must not be empty");
@@ -69,8 +69,8 @@ inline at::Tensor argmax_rows(const at::Tensor& logits) {
 
 // Row src[i] of every pool to row dst[i], all sources read before any row is written (moves
 // may overlap); every index is checked before anything moves. Pools: contiguous, rows on dim 0.
-inline void compact_rows(const std::vector<at::Tensor>& pools, const at::Tensor& src,
-                         const at::Tensor& dst) {
+void compact_rows(const std::vector<at::Tensor>& pools, const at::Tensor& src,
+                  const at::Tensor& dst) {
   TORCH_CHECK(src.dim() == 1 && dst.dim() == 1 && src.numel() == dst.numel() &&
                   src.scalar_type() == at::kLong && dst.scalar_type() == at::kLong,
               "compact_rows: src and dst must be int64 vectors of one length");
@@ -143,7 +143,7 @@ inline void softmax_topk_row(const float* x, int64_t n, int64_t k, float* probs,
 }
 
 // logits [R, V] fp32, 1 <= k <= V -> (probabilities [R, k] fp32, ids [R, k] int64), descending.
-inline std::tuple<at::Tensor, at::Tensor> softmax_topk(const at::Tensor& logits, int64_t k) {
+std::tuple<at::Tensor, at::Tensor> softmax_topk(const at::Tensor& logits, int64_t k) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat,
               "softmax_topk takes float32 logits [R, V]");
   TORCH_CHECK(k >= 1 && k <= logits.size(1), "softmax_topk: k must be in 1..V");

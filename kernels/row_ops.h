@@ -41,7 +41,7 @@ inline void rms_norm_row(const float* x, const float* w, float* out, int64_t d, 
 }
 
 // x: [..., D] fp32; weight: [D]. Returns x normalised by its root mean square, times weight.
-inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
               "rms_norm takes float32 x and weight");
   const int64_t d = x.size(-1);
@@ -72,7 +72,7 @@ inline void rotary_row(const float* x, const float* c, const float* s, float* ou
 }
 
 // x: [T, H, D] fp32; cos, sin: [T, 1, D] with unit stride along D (views of one table gather).
-inline at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(x.dim() == 3 && cos.dim() == 3 && sin.dim() == 3, "rotary takes 3-D tensors");
   TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat, "rotary takes float32 tensors");
