@@ -127,16 +127,18 @@ def model_with_weights(config: ModelConfig, state: dict[str, torch.Tensor]) -> L
     """The model holding ``state``'s tensors as its parameters. Its layers are made on the meta
     device, so no random init runs for weights that the checkpoint replaces (1-3 s of a start
     on 2 cores), and load_state_dict takes the loaded tensors instead of copying them."""
+    # Computed, not loaded, and outside the meta context: arithmetic on meta tensors imports
+    # torch._dynamo (1.4-2.2 s of a start on 2 cores, as the embedding's init would:
+    # llama.py `token_embedding`).
+    rotary = RotaryTable(config.head_dim, config.max_position, config.rope_theta)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(config, rotary)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     allowed_missing = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if set(missing) - allowed_missing or unexpected:
         raise ValueError(f"checkpoint mismatch: missing {missing}, unexpected {unexpected}")
     if config.tie_word_embeddings:  # assign replaced the embedding the head was tied to
         model.lm_head.weight = model.model.embed_tokens.weight
-    # Computed, not loaded: the cos/sin tables are made on the CPU as LlamaForCausalLM makes them.
-    model.rotary = RotaryTable(config.head_dim, config.max_position, config.rope_theta)
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     assert not meta, f"not loaded: {meta}"
     return model
