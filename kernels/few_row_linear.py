@@ -1,11 +1,11 @@
 """The CPU kernels: the few-row linear (few_row_linear.cpp: fp32 rows, the weight packed in fp32,
 bf16, or the Q4_1 / Q8_0 blocks its values came from: quantized_search.h finds them,
 quantized_weights.h reads them) and the exact paged attention (exact_attention.h), built as one
-module; build, load, the linear's reference.
+module (bindings.cpp binds them); build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes 20-40 s on 2 cores (AVX2: 33-37 s on a 2-core EPYC) once per
-cache, source, instruction set and torch version;
+``<cache>/kernels/``, which takes 15-30 s on 2 cores (AVX2 on a 2-core EPYC: 16-19 s, two
+translation units compiled at once) once per cache, source, instruction set and torch version;
 ``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). It is built for
 AVX-512 where the CPU has it, else for AVX2 with FMA and F16C (simd16.h: the same 16-lane code
 and the same bits either way). Where it cannot be built or run (neither, no compiler, not x86)
