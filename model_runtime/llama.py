@@ -95,7 +95,9 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.rotary = rotary or RotaryTable(config.head_dim, config.max_position, config.rope_theta)
+        if rotary is None:
+            rotary = RotaryTable(config.head_dim, config.max_position, config.rope_theta)
+        self.rotary = rotary
 
     def forward(
         self,
