@@ -5,11 +5,12 @@ Two EAGLE replicas (the oracle head, so drafts get accepted) serve a steady load
 50 concurrent greedy streams (the router runs and speculates for all 50 at once). Replica A is
 SIGKILLed and restarted; then replica B is SIGSTOPped for 12 s and SIGCONTinued. Every stream
 must finish with exactly its target-only output (speculation is lossless, so target-only greedy
-is the fault-free reference), and no step while B is stopped may take half as long as the stop
-(B's Propose deadline is twice its recent p99, so the one step that misses it costs that plus
-its verify; a suspected replica is not waited for again). Waiting for B would show as a step of
-the whole stop. The stop is long because that missed deadline grows with load: on a loaded CI
-box (median step 1.56 s) one step took 4.6 s, past half of the 8 s stop this test had then.
+is the fault-free reference), and no step while B is stopped may take half the stop longer than
+a steady step (B's Propose deadline is twice its recent p99, so the one step that misses it costs
+that plus its verify; a suspected replica is not waited for again). Waiting for B would show as
+a step of the whole stop. The stop is long because that missed deadline grows with load: on a
+loaded CI box (median step 1.56 s) one step took 4.6 s, past half of the 8 s stop this test had
+then.
 
 To fit CI (2 shared cores, the whole stack) the streams are short (32 tokens) and the load
 cycles over 50 distinct prompts, so the reference is one batch of 50 target-only streams.
@@ -117,8 +118,13 @@ def test_killed_and_hung_replicas_fail_nothing_and_stall_nothing(
     assert len(before) > 20 and len(during) > 20, (len(before), len(during))
     # Not a multiple of the median: the missed deadline is 2x a p99 that load stretches, and
     # the step then verifies too (on the loaded CI box 3.4x and 5.3x the median, 1.25 and
-    # 1.99 s, against 2.8x on an idle one). Waiting for B would take the whole stop.
-    assert worst <= STOP_S / 2, (
+    # 1.99 s, against 2.8x on an idle one). Waiting for B would take the whole stop, so the
+    # worst step may exceed a steady one by less than half of it. Over the steady step, not
+    # absolute: a CI run whose box was busier still (median step 4.98 s) had its worst step
+    # at 6.41 s, 1.4 s over the median, and failed an absolute 6 s. Where a steady step
+    # takes half the stop, a step that waited could not be told apart: that fails too.
+    assert base < STOP_S / 2, f"steady steps took {base:.2f} s: too slow to tell a wait"
+    assert worst - base <= STOP_S / 2, (
         f"a step took {worst * 1e3:.0f} ms while B was stopped for {STOP_S:.0f} s (median "
         f"step before {base * 1e3:.0f} ms): the router waited for the stopped replica"
     )
