@@ -8,6 +8,7 @@
 #   .model/X/    parts of the 98 MB GGUF (gguf.part00..02, a call each) and prompts.json, kept
 #                in /root/model-parts while the machine stays warm; the GGUF is assembled and
 #                checked against gguf.sha256 once all three are there
+#   (benchmarks/gpu_carry.sh fills .whl and .model from this checkout's .venv)
 #   .tools/      optional wheels of tools (py-spy, for the profile step)
 #   .snap/tree.tar  optional: `git archive HEAD` without the EAGLE head, to run committed code
 #                while the working tree is being edited (the head comes from the tree)
