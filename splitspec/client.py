@@ -59,13 +59,19 @@ def acceptance_summary(s: pb.SpeculationStats, num_tokens: int) -> str:
     the router's switch turned speculation off partway, the acceptance covers only the part of
     the reply that speculated, and the speed is mostly target-only's."""
     line = (
-        f"acceptance {s.mean_acceptance_length:.2f} tokens/step over {s.verify_steps} verify "
-        f"steps ({s.accepted_tokens}/{s.draft_tokens} drafts accepted"
+        f"acceptance {s.mean_acceptance_length:.2f} tokens/step over "
+        f"{counted(s.verify_steps, 'verify step')} ({s.accepted_tokens}/{s.draft_tokens} drafts "
+        "accepted"
     )
     target_only_tokens = num_tokens - s.accepted_tokens - s.verify_steps
     if target_only_tokens > 0:
-        line += f"; {target_only_tokens} tokens from target-only steps"
+        line += f"; {counted(target_only_tokens, 'token')} from target-only steps"
     return line + ")"
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 token", "2 tokens"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class Client:

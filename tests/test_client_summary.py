@@ -22,3 +22,14 @@ def test_tokens_outside_verify_steps_are_counted_as_target_only() -> None:
     line = acceptance_summary(stats, num_tokens=84)
     assert line.endswith("(13/360 drafts accepted; 47 tokens from target-only steps)")
     assert line.startswith("acceptance 1.54 tokens/step over 24 verify steps")
+
+
+def test_one_step_and_one_target_only_token_read_in_the_singular() -> None:
+    stats = pb.SpeculationStats(
+        verify_steps=1, draft_tokens=8, accepted_tokens=2, mean_acceptance_length=3.0
+    )
+    line = acceptance_summary(stats, num_tokens=4)
+    assert line == (
+        "acceptance 3.00 tokens/step over 1 verify step (2/8 drafts accepted; "
+        "1 token from target-only steps)"
+    )
