@@ -88,8 +88,9 @@ class TargetModelServicer:
 
     def Verify(self, request, context):
         """Verifies draft trees in one forward pass: builds tree masks and positions on the device,
-        accepts the longest valid path (greedy or exact rejection sampling), compacts the
-        accepted path's KV and hidden rows into the committed positions, samples the bonus token.
+        accepts the longest path of the target's own picks (argmax, or target-only's keyed draw),
+        compacts the accepted path's KV and hidden rows into the committed positions, and picks
+        the token after the path the same way.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

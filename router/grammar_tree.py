@@ -11,8 +11,8 @@ text next (a schema's key, the rest of a ``choice`` once its start is unambiguou
 names the tokens that write it. The drafter does not know the format, so it drafts what the
 model would write unconstrained and the grammar drops it; the walk then hangs the forced tokens
 under each live leaf, in the room the tree has (the router's tree limit, the dropped nodes
-freeing theirs). A node added to a tree never changes what the target emits (greedy follows
-its argmax and sampling its tree rejection rule, target_service/tree_sampling.py), and a forced
+freeing theirs). A node added to a tree never changes what the target emits (a node is
+accepted only where it is the target's own pick, target_service/verify.py), and a forced
 token is llguidance's tokenization of text the model must write, so it is accepted whenever
 its parent is and the model tokenizes the text alike (tests/test_eco_structured_output.py
 checks that every forced token of a target-only run was accepted).

@@ -56,11 +56,11 @@ def _add_model_flags(group: argparse._ArgumentGroup) -> None:
         "--exact",
         action="store_true",
         help="batch-invariant numerics, so a token's logits have the same bits in a decode, a "
-        "prefill chunk or a tree verify and greedy speculation gives target-only's output "
-        "exactly: paged attention, and every linear through the few-row kernel (CPU, fp32; "
-        "slower prefill) or the invariant Triton matmul (CUDA, bf16 or fp32; on an H200 a "
-        "decode step 1.10x the default's on the default model, 1.02x on an 8B shape). "
-        "Costs: docs/exact-mode.md",
+        "prefill chunk or a tree verify and speculation gives target-only's output exactly, "
+        "greedy or seeded sampling: paged attention, and every linear through the few-row "
+        "kernel (CPU, fp32; slower prefill) or the invariant Triton matmul (CUDA, bf16 or "
+        "fp32; on an H200 a decode step 1.10x the default's on the default model, 1.02x on "
+        "an 8B shape). Costs: docs/exact-mode.md",
     )
 
 

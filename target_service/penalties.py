@@ -6,8 +6,9 @@ OpenAI: ``logits[t] -= frequency_penalty * c[t] + presence_penalty * (c[t] > 0)`
 ``c`` per request (it samples every completion token: a Forward's sampled token, a Verify's
 accepted drafts and bonus). At a verified tree node the completion so far is the committed
 completion plus the drafts on the node's path (the root is already committed), so each node's
-logits are penalised with exactly the counts sequential decoding would have there, before
-greedy acceptance or rejection sampling: output with speculation equals output without.
+logits are penalised with exactly the counts sequential decoding would have there, before the
+target picks its token there (argmax or keyed draw): output with speculation equals output
+without.
 ``logit_bias`` is added to every position's logits alike, sampled or verified.
 
 HF/vLLM's ``repetition_penalty`` p: ``logit / p if logit > 0 else logit * p`` for every token

@@ -3,8 +3,8 @@
 The router keeps each constrained request's grammar state and sends, with every position the
 target samples or verifies, the set of tokens the grammar allows there (a bitmask:
 ``ForwardItem.allowed_tokens``, one per node in ``VerifyItem.allowed_tokens``). The target
-sets every other token's logit to -inf before greedy choice, sampling or rejection sampling,
-so a verified tree node is judged under exactly the mask sequential decoding would have used
+sets every other token's logit to -inf before its argmax or draw, at a decode step or a tree
+node, so a verified tree node is judged under exactly the mask sequential decoding would have used
 there: output with speculation equals output without, and always follows the grammar.
 
 A mask travels as little-endian 32-bit words (llguidance's layout): bit ``t % 32`` of word

@@ -8,7 +8,7 @@ accepted path's KV and hidden rows move into the committed positions in place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -19,7 +19,7 @@ from model_runtime.attention import AttentionMetadata, build_metadata
 from model_runtime.llama import LlamaForCausalLM
 from model_runtime.paged import PagedMetadata, for_trees
 from model_runtime.pools import SlotPools
-from model_runtime.sampling import SamplingTensors, filtered_probs, seeded_uniform
+from model_runtime.sampling import SamplingTensors, sample_greedy_or_drawn
 from target_service.logprob_pass import (
     TokenLogprobs,
     Tops,
@@ -29,12 +29,6 @@ from target_service.logprob_pass import (
     widest,
 )
 from target_service.tree import Acceptance, TreeLayout, greedy_accept
-from target_service.tree_sampling import tree_rejection_sample
-
-# Salts of the verify coins: node i uses NODE_SALT + i, the bonus draw FINAL_SALT. Fixed values,
-# so a request's draws do not depend on the other trees in its batch.
-NODE_SALT = 1
-FINAL_SALT = 0xFFFF
 
 
 @dataclass
@@ -94,7 +88,7 @@ def run_verify(
     raw = logits  # what logprobs report: before penalties
     if penalize is not None:  # penalties, bans and biases per node (target_service.penalties)
         logits = penalize(logits, layout)
-    accepted = _accept(trees, layout, logits, params, greedy)
+    accepted = _accept(trees, layout, positions, logits, params, greedy)
     fused.compact_accepted(pools.all_pools(), node_slots, accepted.path, pools.dummy_slot)
     rows = pools.hidden[node_slots] if want_hidden else None
     packed = _path_logprobs(trees, raw, accepted, *logprobs) if logprobs else None
@@ -154,31 +148,38 @@ def _tree_metadata(
 
 
 def _accept(
-    trees: TreeBatch, layout, logits: torch.Tensor, params: SamplingTensors, greedy: torch.Tensor
+    trees: TreeBatch,
+    layout: TreeLayout,
+    positions: torch.Tensor,
+    logits: torch.Tensor,
+    params: SamplingTensors,
+    greedy: torch.Tensor,
 ) -> Acceptance:
-    by_argmax = _greedy(trees, fused.greedy_ids(logits), layout)
-    if bool(greedy.all()):  # known on the host already: no device sync
-        return by_argmax
+    """The longest path whose every token is what the target itself picks after its parent.
+
+    A greedy request's pick is the argmax; a sampled request's is the very draw target-only
+    decoding makes at that position (model_runtime/sampling.py: keyed by seed and position),
+    so a sampled request emits the tokens it would emit without speculation, token for token,
+    whatever steps speculated. In law this is the multi-draft rejection rule with point-mass
+    drafts: child c is taken with probability q(c), the first child whose token was drawn."""
+    target_next = fused.greedy_ids(logits)
+    if not bool(greedy.all()):  # known on the host already: no device sync
+        drawn = _node_draws(logits, params, positions + 1)
+        target_next = torch.where(greedy.to(logits.device)[:, None], target_next, drawn)
+    return _greedy(trees, target_next, layout)
+
+
+def _node_draws(
+    logits: torch.Tensor, params: SamplingTensors, draw_positions: torch.Tensor
+) -> torch.Tensor:
+    """``[B, N]``: each request's draw after each node, keyed at ``draw_positions`` (the token
+    after node i sits at the node's own position + 1), from its filtered distribution."""
     num_req, num_nodes, vocab = logits.shape
     per_node = SamplingTensors(
         *(getattr(params, f.name).repeat_interleave(num_nodes) for f in fields(params))
     )
-    probs = filtered_probs(logits.view(-1, vocab), per_node).view(num_req, num_nodes, vocab)
-    salts = torch.cat(
-        [
-            torch.arange(num_nodes, device=logits.device) + NODE_SALT,
-            torch.tensor([FINAL_SALT], device=logits.device),
-        ]
-    )
-    coins = seeded_uniform(params.seed[:, None], trees.start_pos[:, None], salts[None, :])
-    sampled = tree_rejection_sample(trees.tokens, trees.parents, trees.valid, probs, coins, layout)
-    pick = greedy.to(logits.device)
-    return Acceptance(
-        *(
-            torch.where(pick[:, None] if a.dim() == 2 else pick, a, b)
-            for a, b in zip(by_argmax, sampled, strict=True)
-        )
-    )
+    per_node = replace(per_node, position=draw_positions.flatten())
+    return sample_greedy_or_drawn(logits.view(-1, vocab), per_node).view(num_req, num_nodes)
 
 
 def _greedy(trees: TreeBatch, target_next: torch.Tensor, layout) -> Acceptance:

@@ -1,11 +1,13 @@
-"""Speculative sampling is exact: what a verify emits follows the target's own distribution.
+"""Speculative sampling is exact: what a verify emits is what target-only decoding draws.
 
 No gRPC here: a TargetEngine runs a tiny random Llama (vocabulary 8, fp64) in this process.
 Thousands of requests with different seeds share one prompt and one fixed draft tree per
 verify call; the law of the first token, and of the first two tokens, they emit is compared by
 chi-square with the distribution computed from the model's logits after the penalties
 (target_service.penalties: repetition_penalty, min_tokens' ban) and temperature/top-k/top-p/min-p
-(model_runtime.sampling.filtered_probs) on plain target-only prefills.
+(model_runtime.sampling.filtered_probs) on plain target-only prefills; and token by token,
+each seed's tokens equal those of the same request decoded target-only, however much of the
+tree it accepted.
 """
 
 from __future__ import annotations
@@ -242,3 +244,45 @@ def test_a_seed_reproduces_a_request_whatever_its_batch(engine: TargetEngine, sl
     assert together == shuffled
     other_seeds = emit(engine, slots, setting, [s + 7919 for s in seeds], tree)
     assert other_seeds != together
+
+
+def target_only(
+    engine: TargetEngine, slots: Slots, setting: tuple, seeds: list[int]
+) -> list[tuple[int, int]]:
+    """The first two tokens each seeded request draws without speculation: a prefill that
+    samples, then one decode step."""
+    rids = [f"plain{setting[0]}-{seed}" for seed in seeds]
+    spec = [spec_of(setting, seed) for seed in seeds]
+    first = engine.forward(
+        [
+            StepItem(rid, PROMPT, 0, slots.take(len(PROMPT)), True, s)
+            for rid, s in zip(rids, spec, strict=True)
+        ]
+    ).next_token_ids
+    second = engine.forward(
+        [
+            StepItem(rid, [t], len(PROMPT), slots.take(1), True)
+            for rid, t in zip(rids, first, strict=True)
+        ]
+    ).next_token_ids
+    engine.release(rids)
+    return list(zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_a_verify_emits_the_tokens_target_only_draws(
+    engine: TargetEngine, slots: Slots, setting: tuple
+) -> None:
+    slots.reset()
+    p1 = target_probs(engine, slots, PROMPT, setting)
+    p2 = {x: target_probs(engine, slots, [*PROMPT, x], setting) for x in range(VOCAB)}
+    tree = draft_tree(p1, p2)
+    seeds = list(range(2000, 2600))
+    speculative = emit(engine, slots, setting, seeds, tree)
+    slots.reset()
+    plain = target_only(engine, slots, setting, seeds)
+    differ = [s for s, a, b in zip(seeds, speculative, plain, strict=True) if a != b]
+    assert not differ, f"seeds whose tokens differ: {differ[:10]}"
+    # Both kinds of block happen: drafts accepted (from the tree) and the first draw refused.
+    from_tree = sum(x in tree[0][1:4] for x, _ in plain) / len(plain)
+    assert 0.2 < from_tree < 1.0

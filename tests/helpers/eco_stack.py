@@ -64,9 +64,8 @@ def _send(request: urllib.request.Request) -> tuple[int, Any]:
 def eco_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EcoStack]:
     stack = LocalStack(
         [*CPU_FP32, "--num-slots", "4096"],  # small pools: it idles beside other stacks
-        # A seeded sampled request repeats its tokens only if the same steps speculate (tree
-        # rejection sampling draws other coins than a plain step): a drafter never skipped as
-        # slow on a loaded box keeps the reproducibility test about the APIs, not the load.
+        # Long draft deadlines: a drafter never skipped as slow on a loaded box keeps the
+        # stack's rounds, and so its block boundaries, alike between runs.
         ["--draft-deadline-floor", "5"],
         log_dir=tmp_path_factory.mktemp("stack-eco"),
         draft_args=[["--method", "eagle", "--dtype", "float32"]],
