@@ -26,6 +26,7 @@ def sampling_tensors(
     floats = torch.tensor([[s.temperature, s.top_p, s.min_p] for s in specs], dtype=torch.float32)
     ints = torch.tensor([[s.top_k, s.seed & 0x7FFFFFFFFFFFFFFF] for s in specs], dtype=torch.int64)
     floats, ints = floats.to(device), ints.to(device)
+    ranked = any(s.top_k > 0 or s.top_p < 1.0 for s in specs)
     return SamplingTensors(
-        floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions, floats[:, 2]
+        floats[:, 0], floats[:, 1], ints[:, 0], ints[:, 1], positions, floats[:, 2], ranked
     )

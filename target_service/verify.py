@@ -8,7 +8,7 @@ accepted path's KV and hidden rows move into the committed positions in place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -175,10 +175,7 @@ def _node_draws(
     """``[B, N]``: each request's draw after each node, keyed at ``draw_positions`` (the token
     after node i sits at the node's own position + 1), from its filtered distribution."""
     num_req, num_nodes, vocab = logits.shape
-    per_node = SamplingTensors(
-        *(getattr(params, f.name).repeat_interleave(num_nodes) for f in fields(params))
-    )
-    per_node = replace(per_node, position=draw_positions.flatten())
+    per_node = replace(params.per_row(num_nodes), position=draw_positions.flatten())
     return sample_greedy_or_drawn(logits.view(-1, vocab), per_node).view(num_req, num_nodes)
 
 

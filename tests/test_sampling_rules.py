@@ -4,6 +4,8 @@ would have there (committed context + the drafts on the node's path)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from transformers import (
     MinNewTokensLengthLogitsProcessor,
@@ -59,6 +61,26 @@ def test_min_p_intersects_top_k_and_top_p_on_one_distribution() -> None:
     torch.testing.assert_close(got, want)
     greedy = filtered_probs(logits, params(0.0, 1.0, 0, 1.0))[0]
     assert greedy.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_rows_without_top_k_or_top_p_skip_the_sort_with_the_same_bits() -> None:
+    """The sort-free path (no row ranks the vocabulary) gives what the sort gives such rows,
+    bit for bit, min_p or not: a request draws alike whatever filters its batch holds. And a
+    top_p of 1 cuts nothing, even where the rounded cumulative sum reaches 1 early."""
+    torch.manual_seed(1)
+    logits = torch.randn(4, 49152) * 4
+    rows = SamplingTensors(
+        torch.tensor([1.0, 0.7, 1.3, 1.0]),
+        torch.ones(4),
+        torch.zeros(4, dtype=torch.long),
+        torch.zeros(4, dtype=torch.long),
+        torch.zeros(4, dtype=torch.long),
+        torch.tensor([0.0, 0.0, 0.05, 1e-4]),
+    )
+    sort_free = filtered_probs(logits, replace(rows, ranked=False))
+    assert torch.equal(sort_free, filtered_probs(logits, rows))
+    assert bool((sort_free[:2] > 0).all())  # every id keeps its mass without min_p
+    assert bool((sort_free[2:] == 0).any())  # min_p did cut
 
 
 def rep_state(penalty: float, context: list[int], sampled: list[int]) -> RequestState:
