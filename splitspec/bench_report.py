@@ -103,9 +103,6 @@ def _comparison_line(comparison: dict[str, Any]) -> str:
         f"speculative / target-only: {comparison['speedup']:.2f}x output tokens/s, "
         f"{comparison['mean_request_time_ratio']:.2f}x mean request time"
     )
-    if "greedy_outputs_compared" in comparison:
-        line += (
-            f"; greedy outputs equal: {comparison['greedy_outputs_equal']}"
-            f"/{comparison['greedy_outputs_compared']}"
-        )
+    if "outputs_compared" in comparison:
+        line += f"; outputs equal: {comparison['outputs_equal']}/{comparison['outputs_compared']}"
     return line
