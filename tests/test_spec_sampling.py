@@ -145,6 +145,15 @@ def draft_tree(p1: torch.Tensor, p2: dict[int, torch.Tensor]) -> tuple[list[int]
     return tokens, parents
 
 
+def laws_and_tree(engine: TargetEngine, slots: Slots, setting: tuple) -> tuple:
+    """The target's law of the first token, of the second after each first, and the fixed
+    draft tree built from them."""
+    slots.reset()
+    p1 = target_probs(engine, slots, PROMPT, setting)
+    p2 = {x: target_probs(engine, slots, [*PROMPT, x], setting) for x in range(VOCAB)}
+    return p1, p2, draft_tree(p1, p2)
+
+
 def emit(
     engine: TargetEngine,
     slots: Slots,
@@ -204,12 +213,9 @@ def chi_square_p_value(counts: Counter, expected: dict, n: int) -> float:
 def test_emitted_tokens_follow_the_target_distribution(
     engine: TargetEngine, slots: Slots, setting: tuple
 ) -> None:
-    slots.reset()
-    p1 = target_probs(engine, slots, PROMPT, setting)
-    p2 = {x: target_probs(engine, slots, [*PROMPT, x], setting) for x in range(VOCAB)}
+    p1, p2, tree = laws_and_tree(engine, slots, setting)
     joint = {(x, y): float(p1[x] * p2[x][y]) for x in range(VOCAB) for y in range(VOCAB)}
     first = {x: float(p1[x]) for x in range(VOCAB)}
-    tree = draft_tree(p1, p2)
     if setting[2] or setting[3] < 1.0 or setting[4]:
         assert p1[tree[0][3]] == 0, "the tree should hold a zero-probability draft"
     assert p1.max() < 0.9, "a near-deterministic target makes the test weak"
@@ -231,10 +237,7 @@ def test_emitted_tokens_follow_the_target_distribution(
 
 def test_a_seed_reproduces_a_request_whatever_its_batch(engine: TargetEngine, slots: Slots) -> None:
     setting = SETTINGS[1]
-    slots.reset()
-    p1 = target_probs(engine, slots, PROMPT, setting)
-    p2 = {x: target_probs(engine, slots, [*PROMPT, x], setting) for x in range(VOCAB)}
-    tree = draft_tree(p1, p2)
+    _, _, tree = laws_and_tree(engine, slots, setting)
     seeds = list(range(1000, 1400))
     together = emit(engine, slots, setting, seeds, tree)
     slots.reset()
@@ -273,10 +276,7 @@ def target_only(
 def test_a_verify_emits_the_tokens_target_only_draws(
     engine: TargetEngine, slots: Slots, setting: tuple
 ) -> None:
-    slots.reset()
-    p1 = target_probs(engine, slots, PROMPT, setting)
-    p2 = {x: target_probs(engine, slots, [*PROMPT, x], setting) for x in range(VOCAB)}
-    tree = draft_tree(p1, p2)
+    _, _, tree = laws_and_tree(engine, slots, setting)
     seeds = list(range(2000, 2600))
     speculative = emit(engine, slots, setting, seeds, tree)
     slots.reset()
