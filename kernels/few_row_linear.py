@@ -4,12 +4,13 @@ quantized_weights.h reads them) and the exact paged attention (exact_attention.h
 module (bindings.cpp binds them); build, load, the linear's reference.
 
 It is compiled on first use with torch's extension builder (g++ and ninja) into
-``<cache>/kernels/``, which takes 15-30 s on 2 cores (AVX2 on a 2-core EPYC: 16-19 s, two
-translation units compiled at once) once per cache, source, instruction set and torch version;
-``python -m kernels.few_row_linear`` builds it ahead (``make install`` does). It is built for
-AVX-512 where the CPU has it, else for AVX2 with FMA and F16C (simd16.h: the same 16-lane code
-and the same bits either way). Where it cannot be built or run (neither, no compiler, not x86)
-``load()`` returns None and callers keep torch's kernels.
+``<cache>/kernels/``, which takes 10-30 s on 2 cores (AVX2 on a 2-core EPYC: 16-19 s,
+AVX-512 on another: 10.3-13.8 s; two translation units compiled at once) once per cache,
+source, instruction set and torch version; ``python -m kernels.few_row_linear`` builds it ahead
+(``make install`` does). It is built for AVX-512 where the CPU has it, else for AVX2 with FMA
+and F16C (simd16.h: the same 16-lane code and the same bits either way). Where it cannot be
+built or run (neither, no compiler, not x86) ``load()`` returns None and callers keep torch's
+kernels.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def load(cache_dir: Path | None = None, isa: str | None = None) -> ModuleType | 
     built: list[ModuleType] = []
     if not final.exists():
         log.info(
-            "building the few-row linear kernel for %s (once per cache; 15-30 s on 2 cores)",
+            "building the few-row linear kernel for %s (once per cache; 10-30 s on 2 cores)",
             isa,
         )
     try:
