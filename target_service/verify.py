@@ -162,10 +162,10 @@ def _accept(
     so a sampled request emits the tokens it would emit without speculation, token for token,
     whatever steps speculated. In law this is the multi-draft rejection rule with point-mass
     drafts: child c is taken with probability q(c), the first child whose token was drawn."""
-    target_next = fused.greedy_ids(logits)
-    if not bool(greedy.all()):  # known on the host already: no device sync
-        drawn = _node_draws(logits, params, positions + 1)
-        target_next = torch.where(greedy.to(logits.device)[:, None], target_next, drawn)
+    if bool(greedy.all()):  # known on the host already: no device sync
+        target_next = fused.greedy_ids(logits)
+    else:  # the draw takes the argmax of a greedy (temperature 0) request's rows itself
+        target_next = _node_draws(logits, params, positions + 1)
     return _greedy(trees, target_next, layout)
 
 
